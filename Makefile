@@ -1,0 +1,70 @@
+# SPDX-License-Identifier: GPL-2.0
+# rxe_rs: build the module (against our cached test kernel, or any CONFIG_RUST tree via KDIR=),
+# the provider, and run the VM tests.
+#
+#   make                 module (+ provider) against the cached test kernel (built on first use)
+#   make KDIR=/lib/modules/$(uname -r)/build   module against another CONFIG_RUST kernel
+#   make kdir            print the test kernel's path
+#   make provider        the libibverbs provider (librxe_rs-rdmav34.so)
+#   make install         install module and provider on this machine
+#   make run             the demo: VM, device, ibv_devinfo (and pingpong/perftest once they work)
+#   make check           all tests: host unit tests + VM selftests
+#   make bench           rxe_rs vs rdma_rxe vs TCP side by side
+
+SHELL := /bin/bash
+ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+RXE_RS_CACHE := $(shell bash -c "source $(ROOT)/scripts/lib/env.sh && echo \$$RXE_RS_CACHE")
+BINDGEN ?= $(shell bash -c "source $(ROOT)/scripts/lib/env.sh && echo \$$BINDGEN")
+# rustup's rustc comes first on PATH and cannot build against the Debian-configured kernel.
+KMAKE_TOOLS := LLVM=-19 RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc BINDGEN=$(BINDGEN)
+
+KFLAVOR ?= debug
+KDIR ?= $(shell $(ROOT)/scripts/kernel.sh path $(KFLAVOR))
+# The cached test kernel is built on demand; a KDIR given by the user must already be built.
+KDIR_DEP := $(if $(filter $(RXE_RS_CACHE)/%,$(KDIR)),$(KDIR)/.rxe_rs-built)
+KMAKE = $(MAKE) -C $(KDIR) M=$(ROOT) $(KMAKE_TOOLS)
+
+.PHONY: all module provider kdir kernel clean install setup run check test unit-test selftest bench
+
+all: module provider
+
+$(RXE_RS_CACHE)/kernel/%/.rxe_rs-built:
+	$(ROOT)/scripts/kernel.sh build $(KFLAVOR) >/dev/null
+
+kernel: $(KDIR_DEP)
+
+kdir:
+	@echo $(KDIR)
+
+module: $(KDIR_DEP)
+	$(KMAKE) modules
+
+provider:
+	cargo build --release --locked -p rxe_rs_provider
+
+clean:
+	-$(KMAKE) clean
+	cargo clean
+
+install: module provider
+	$(KMAKE) modules_install
+	depmod -a $(shell $(MAKE) -s -C $(KDIR) kernelrelease)
+	$(ROOT)/scripts/install-provider.sh
+
+setup:
+	$(ROOT)/scripts/setup.sh
+
+run:
+	$(ROOT)/scripts/run.sh
+
+check test:
+	$(ROOT)/scripts/check.sh
+
+unit-test:
+	cargo test --locked --workspace
+
+selftest:
+	$(ROOT)/selftests/run.sh
+
+bench:
+	$(ROOT)/scripts/bench.sh

@@ -1,0 +1,228 @@
+//! libibverbs' private provider ABI (`IBVERBS_PRIVATE_34`, rdma-core 44 as in Debian 12).
+//!
+//! `infiniband/driver.h` is not installed by Debian, so these declarations are written from the
+//! facts of its layout (names, order, sizes, offsets). The layouts are pinned at compile time
+//! below and again by the unit tests, against the sizes measured on Debian 12: one slot off in
+//! `verbs_context_ops` would silently call the wrong function.
+#![allow(non_camel_case_types)]
+
+use super::verbs::*;
+use core::ffi::{c_char, c_int, c_void};
+
+/// `enum verbs_match_kind`.
+pub const VERBS_MATCH_SENTINEL: u8 = 0;
+/// Match on the kernel driver id (`RDMA_NLDEV_ATTR_UVERBS_DRIVER_ID`).
+pub const VERBS_MATCH_DRIVER_ID: u8 = 3;
+
+/// `struct verbs_match_ent`.
+#[repr(C)]
+pub struct verbs_match_ent {
+    pub driver_data: *const c_void,
+    /// Union { modalias: *const c_char, driver_id: u64 }; we only use driver ids.
+    pub driver_id: u64,
+    pub vendor: u16,
+    pub device: u16,
+    pub kind: u8,
+}
+
+/// `struct verbs_sysfs_dev` (only the fields we read are named).
+#[repr(C)]
+pub struct verbs_sysfs_dev {
+    _head: [u8; 968],
+    pub abi_ver: u32,
+    _tail: [u8; 992 - 972],
+}
+
+/// `struct verbs_device_ops`.
+#[repr(C)]
+pub struct verbs_device_ops {
+    pub name: *const c_char,
+    pub match_min_abi_version: u32,
+    pub match_max_abi_version: u32,
+    pub match_table: *const verbs_match_ent,
+    pub static_providers: *const *const verbs_device_ops,
+    pub match_device: Option<unsafe extern "C" fn(*mut verbs_sysfs_dev) -> bool>,
+    pub alloc_context:
+        Option<unsafe extern "C" fn(*mut ibv_device, c_int, *mut c_void) -> *mut verbs_context>,
+    pub import_context: Option<unsafe extern "C" fn(*mut ibv_device, c_int) -> *mut verbs_context>,
+    pub alloc_device: Option<unsafe extern "C" fn(*mut verbs_sysfs_dev) -> *mut verbs_device>,
+    pub uninit_device: Option<unsafe extern "C" fn(*mut verbs_device)>,
+}
+
+/// `struct verbs_device`: libibverbs fills it; the provider allocates it (with its own data
+/// after it) in `alloc_device` and frees it in `uninit_device`.
+#[repr(C)]
+pub struct verbs_device {
+    pub device: ibv_device,
+    pub ops: *const verbs_device_ops,
+    pub refcount: c_int,
+    pub entry: [*mut c_void; 2],
+    pub sysfs: *mut verbs_sysfs_dev,
+    pub core_support: u64,
+}
+
+/// An op slot whose signature we do not use; `None` keeps libibverbs' EOPNOTSUPP stub.
+pub type UnusedOp = Option<unsafe extern "C" fn()>;
+
+/// `struct verbs_context_ops`: 76 ops in alphabetical order. Typed where we implement them.
+#[repr(C)]
+#[derive(Default)]
+pub struct verbs_context_ops {
+    pub advise_mr: UnusedOp,
+    pub alloc_dm: UnusedOp,
+    pub alloc_mw: UnusedOp,
+    pub alloc_null_mr: UnusedOp,
+    pub alloc_parent_domain: UnusedOp,
+    pub alloc_pd: UnusedOp,
+    pub alloc_td: UnusedOp,
+    pub async_event: UnusedOp,
+    pub attach_counters_point_flow: UnusedOp,
+    pub attach_mcast: UnusedOp,
+    pub bind_mw: UnusedOp,
+    pub close_xrcd: UnusedOp,
+    pub cq_event: UnusedOp,
+    pub create_ah: UnusedOp,
+    pub create_counters: UnusedOp,
+    pub create_cq: UnusedOp,
+    pub create_cq_ex: UnusedOp,
+    pub create_flow: UnusedOp,
+    pub create_flow_action_esp: UnusedOp,
+    pub create_qp: UnusedOp,
+    pub create_qp_ex: UnusedOp,
+    pub create_rwq_ind_table: UnusedOp,
+    pub create_srq: UnusedOp,
+    pub create_srq_ex: UnusedOp,
+    pub create_wq: UnusedOp,
+    pub dealloc_mw: UnusedOp,
+    pub dealloc_pd: UnusedOp,
+    pub dealloc_td: UnusedOp,
+    pub dereg_mr: UnusedOp,
+    pub destroy_ah: UnusedOp,
+    pub destroy_counters: UnusedOp,
+    pub destroy_cq: UnusedOp,
+    pub destroy_flow: UnusedOp,
+    pub destroy_flow_action: UnusedOp,
+    pub destroy_qp: UnusedOp,
+    pub destroy_rwq_ind_table: UnusedOp,
+    pub destroy_srq: UnusedOp,
+    pub destroy_wq: UnusedOp,
+    pub detach_mcast: UnusedOp,
+    pub free_context: Option<unsafe extern "C" fn(*mut ibv_context)>,
+    pub free_dm: UnusedOp,
+    pub get_srq_num: UnusedOp,
+    pub import_dm: UnusedOp,
+    pub import_mr: UnusedOp,
+    pub import_pd: UnusedOp,
+    pub modify_cq: UnusedOp,
+    pub modify_flow_action_esp: UnusedOp,
+    pub modify_qp: UnusedOp,
+    pub modify_qp_rate_limit: UnusedOp,
+    pub modify_srq: UnusedOp,
+    pub modify_wq: UnusedOp,
+    pub open_qp: UnusedOp,
+    pub open_xrcd: UnusedOp,
+    pub poll_cq: UnusedOp,
+    pub post_recv: UnusedOp,
+    pub post_send: UnusedOp,
+    pub post_srq_ops: UnusedOp,
+    pub post_srq_recv: UnusedOp,
+    pub query_device_ex: Option<
+        unsafe extern "C" fn(
+            *mut ibv_context,
+            *const ibv_query_device_ex_input,
+            *mut ibv_device_attr_ex,
+            usize,
+        ) -> c_int,
+    >,
+    pub query_ece: UnusedOp,
+    pub query_port: Option<unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr) -> c_int>,
+    pub query_qp: UnusedOp,
+    pub query_qp_data_in_order: UnusedOp,
+    pub query_rt_values: UnusedOp,
+    pub query_srq: UnusedOp,
+    pub read_counters: UnusedOp,
+    pub reg_dm_mr: UnusedOp,
+    pub reg_dmabuf_mr: UnusedOp,
+    pub reg_mr: UnusedOp,
+    pub req_notify_cq: UnusedOp,
+    pub rereg_mr: UnusedOp,
+    pub resize_cq: UnusedOp,
+    pub set_ece: UnusedOp,
+    pub unimport_dm: UnusedOp,
+    pub unimport_mr: UnusedOp,
+    pub unimport_pd: UnusedOp,
+}
+
+/// `struct ibv_get_context` (kern-abi.h): header + core payload (the response pointer).
+#[repr(C)]
+#[derive(Default)]
+pub struct ibv_get_context {
+    pub hdr: ib_uverbs_cmd_hdr,
+    pub core: ib_uverbs_get_context,
+}
+
+/// `struct ibv_query_port` (kern-abi.h).
+#[repr(C)]
+#[derive(Default)]
+pub struct ibv_query_port {
+    pub hdr: ib_uverbs_cmd_hdr,
+    pub core: ib_uverbs_query_port,
+}
+
+#[link(name = "ibverbs")]
+extern "C" {
+    pub fn verbs_register_driver_34(ops: *const verbs_device_ops);
+    pub fn _verbs_init_and_alloc_context(
+        device: *mut ibv_device,
+        cmd_fd: c_int,
+        alloc_size: usize,
+        context_offset: *mut verbs_context,
+        driver_id: u32,
+    ) -> *mut c_void;
+    pub fn verbs_uninit_context(context: *mut verbs_context);
+    pub fn verbs_set_ops(context: *mut verbs_context, ops: *const verbs_context_ops);
+    pub fn ibv_cmd_get_context(
+        context: *mut verbs_context,
+        cmd: *mut ibv_get_context,
+        cmd_size: usize,
+        resp: *mut ib_uverbs_get_context_resp,
+        resp_size: usize,
+    ) -> c_int;
+    pub fn ibv_cmd_query_device_any(
+        context: *mut ibv_context,
+        input: *const ibv_query_device_ex_input,
+        attr: *mut ibv_device_attr_ex,
+        attr_size: usize,
+        resp: *mut ib_uverbs_ex_query_device_resp,
+        resp_size: *mut usize,
+    ) -> c_int;
+    pub fn ibv_cmd_query_port(
+        context: *mut ibv_context,
+        port_num: u8,
+        port_attr: *mut ibv_port_attr,
+        cmd: *mut ibv_query_port,
+        cmd_size: usize,
+    ) -> c_int;
+}
+
+// The measured Debian 12 layouts (see Documentation/design.rst): fail the build, not the user.
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(size_of::<verbs_device_ops>() == 72);
+    assert!(offset_of!(verbs_device_ops, alloc_context) == 40);
+    assert!(offset_of!(verbs_device_ops, alloc_device) == 56);
+    assert!(size_of::<verbs_match_ent>() == 24);
+    assert!(offset_of!(verbs_match_ent, kind) == 20);
+    assert!(size_of::<verbs_sysfs_dev>() == 992);
+    assert!(size_of::<verbs_device>() == 712);
+    assert!(offset_of!(verbs_device, ops) == 664);
+    assert!(offset_of!(verbs_device, sysfs) == 696);
+    assert!(size_of::<verbs_context_ops>() == 608);
+    assert!(offset_of!(verbs_context_ops, create_qp_ex) == 160);
+    assert!(offset_of!(verbs_context_ops, poll_cq) == 424);
+    assert!(offset_of!(verbs_context_ops, post_send) == 440);
+    assert!(offset_of!(verbs_context_ops, query_device_ex) == 464);
+    assert!(offset_of!(verbs_context_ops, unimport_pd) == 600);
+    assert!(size_of::<ibv_get_context>() == 16);
+    assert!(size_of::<ibv_query_port>() == 24);
+};

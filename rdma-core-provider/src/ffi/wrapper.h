@@ -1,0 +1,2 @@
+#include <infiniband/verbs.h>
+#include <rdma/ib_user_verbs.h>

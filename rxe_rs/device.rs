@@ -1,0 +1,130 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The rxe_rs `ib_device`: attributes, and a port whose state follows the netdev.
+
+use crate::{
+    kext::{
+        bindings,
+        ib::{self, Device, DeviceAttr, PortAttr, PortImmutable},
+        netdev::NetDevice,
+    },
+    limits,
+    proto::{addr::eui64_from_mac, mtu::IbMtu},
+    uapi,
+};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use kernel::prelude::*;
+
+/// The only port of a device (IB ports are 1-based).
+pub(crate) const PORT: u32 = 1;
+
+/// Per-device driver state, embedded behind the `ib_device`.
+pub(crate) struct RxeDevice {
+    /// EUI-64 of the netdev's MAC when the device was created (node and system image GUID).
+    guid: [u8; 8],
+    /// Port ACTIVE (netdev running with carrier) or DOWN. Written under RTNL by the notifier.
+    port_active: AtomicBool,
+    /// Active `enum ib_mtu`, following the netdev MTU.
+    active_mtu: AtomicU32,
+}
+
+impl RxeDevice {
+    /// The state of a new device on `ndev`; the port starts DOWN until [`Self::sync_port`].
+    pub(crate) fn new(ndev: &NetDevice) -> Self {
+        Self {
+            guid: eui64_from_mac(ndev.mac()),
+            port_active: AtomicBool::new(false),
+            active_mtu: AtomicU32::new(IbMtu::for_netdev_mtu(ndev.mtu()) as u32),
+        }
+    }
+
+    /// The node GUID (big-endian bytes).
+    pub(crate) fn guid(&self) -> [u8; 8] {
+        self.guid
+    }
+
+    /// Recomputes the port state from `ndev` and reports a change as a port event.
+    pub(crate) fn sync_port(dev: &Device<Self>, ndev: &NetDevice) {
+        let active = ndev.is_running_with_carrier();
+        if dev.port_active.swap(active, Ordering::Relaxed) != active {
+            dev.dispatch_port_event(PORT, active);
+            pr_info!("{}: port {}\n", dev.name(), if active { "ACTIVE" } else { "DOWN" });
+        }
+    }
+
+    /// Follows a netdev MTU change.
+    pub(crate) fn set_netdev_mtu(&self, netdev_mtu: u32) {
+        self.active_mtu.store(IbMtu::for_netdev_mtu(netdev_mtu) as u32, Ordering::Relaxed);
+    }
+}
+
+#[vtable]
+impl ib::Driver for RxeDevice {
+    const DRIVER_ID: u32 = uapi::RXE_RS_DRIVER_ID;
+    const UVERBS_ABI_VERSION: u32 = uapi::RXE_RS_UVERBS_ABI_VERSION;
+
+    fn query_device(dev: &Device<Self>, attr: &mut DeviceAttr) -> Result {
+        attr.vendor_id = limits::VENDOR_ID;
+        attr.max_mr_size = limits::MAX_MSG_SIZE.into();
+        attr.page_size_cap = limits::PAGE_SIZE_CAP;
+        attr.device_cap_flags = (bindings::ib_device_cap_flags_IB_DEVICE_RC_RNR_NAK_GEN
+            | bindings::ib_device_cap_flags_IB_DEVICE_PORT_ACTIVE_EVENT
+            | bindings::ib_device_cap_flags_IB_DEVICE_SYS_IMAGE_GUID) as u64;
+        // `rdma link delete` is how users remove a soft device.
+        attr.kernel_cap_flags = bindings::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG as u64;
+        attr.sys_image_guid = u64::from_ne_bytes(dev.guid);
+        attr.max_pkeys = limits::PKEY_TABLE_LEN;
+        attr.local_ca_ack_delay = limits::LOCAL_CA_ACK_DELAY;
+        attr.atomic_cap = bindings::ib_atomic_cap_IB_ATOMIC_NONE;
+        Ok(())
+    }
+
+    fn query_port(dev: &Device<Self>, port: u32, attr: &mut PortAttr) -> Result {
+        if port != PORT {
+            return Err(EINVAL);
+        }
+        let ndev = dev.netdev(port).ok_or(ENODEV)?;
+        let active = dev.port_active.load(Ordering::Relaxed);
+        attr.state = if active {
+            bindings::ib_port_state_IB_PORT_ACTIVE
+        } else {
+            bindings::ib_port_state_IB_PORT_DOWN
+        };
+        attr.phys_state = if active {
+            bindings::ib_port_phys_state_IB_PORT_PHYS_STATE_LINK_UP
+        } else if ndev.is_up() {
+            bindings::ib_port_phys_state_IB_PORT_PHYS_STATE_POLLING
+        } else {
+            bindings::ib_port_phys_state_IB_PORT_PHYS_STATE_DISABLED
+        } as u8;
+        attr.max_mtu = IbMtu::Mtu4096 as u32;
+        attr.active_mtu = dev.active_mtu.load(Ordering::Relaxed);
+        attr.gid_tbl_len = limits::GID_TABLE_LEN;
+        attr.port_cap_flags = bindings::ib_port_capability_mask_bits_IB_PORT_CM_SUP as u32;
+        attr.max_msg_sz = limits::MAX_MSG_SIZE;
+        attr.pkey_tbl_len = limits::PKEY_TABLE_LEN;
+        attr.max_vl_num = 1;
+        let (speed, width) = dev.eth_speed(port)?;
+        attr.active_speed = speed;
+        attr.active_width = width;
+        Ok(())
+    }
+
+    fn port_immutable(_dev: &Device<Self>, port: u32, immutable: &mut PortImmutable) -> Result {
+        if port != PORT {
+            return Err(EINVAL);
+        }
+        // RoCEv2: the core fills IP-based GIDs from the bound netdev.
+        immutable.core_cap_flags = bindings::RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP;
+        immutable.pkey_tbl_len = limits::PKEY_TABLE_LEN.into();
+        immutable.gid_tbl_len = limits::GID_TABLE_LEN;
+        immutable.max_mad_size = bindings::IB_MGMT_MAD_SIZE;
+        Ok(())
+    }
+
+    fn query_pkey(_dev: &Device<Self>, port: u32, index: u16) -> Result<u16> {
+        if port != PORT || index >= limits::PKEY_TABLE_LEN {
+            return Err(EINVAL);
+        }
+        Ok(limits::DEFAULT_PKEY)
+    }
+}

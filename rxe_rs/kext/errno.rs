@@ -1,0 +1,17 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Errnos that `kernel::error::code` of 6.12 lacks.
+//!
+//! User space only understands the uapi values: in particular `EOPNOTSUPP` (95) is what
+//! libibverbs, perftest and pyverbs treat as "not supported", not the kernel-internal `ENOTSUPP`.
+
+use kernel::error::Error;
+
+/// Operation not supported (uapi 95).
+pub(crate) fn eopnotsupp() -> Error {
+    Error::from_errno(-95)
+}
+
+/// Address already in use (uapi 98): UDP port 4791 taken by another RoCE driver.
+pub(crate) fn eaddrinuse() -> Error {
+    Error::from_errno(-98)
+}

@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Out-of-line wrappers for static inlines and macros: see helpers.h. */
+#include <linux/if_vlan.h>
+#include <linux/mutex.h>
+#include <net/net_namespace.h>
+#include "helpers.h"
+
+void rxe_rs_helper_dev_hold(struct net_device *ndev)
+{
+	dev_hold(ndev);
+}
+
+void rxe_rs_helper_dev_put(struct net_device *ndev)
+{
+	dev_put(ndev);
+}
+
+bool rxe_rs_helper_netif_running(const struct net_device *ndev)
+{
+	return netif_running(ndev);
+}
+
+bool rxe_rs_helper_netif_carrier_ok(const struct net_device *ndev)
+{
+	return netif_carrier_ok(ndev);
+}
+
+bool rxe_rs_helper_is_vlan_dev(const struct net_device *ndev)
+{
+	return is_vlan_dev(ndev);
+}
+
+bool rxe_rs_helper_net_eq_init(const struct net_device *ndev)
+{
+	return net_eq(dev_net(ndev), &init_net);
+}
+
+struct net_device *rxe_rs_helper_notifier_info_to_dev(void *info)
+{
+	return netdev_notifier_info_to_dev(info);
+}
+
+int rxe_rs_helper_udp_sock_create(bool ipv6, __be16 port, struct socket **sockp)
+{
+	struct udp_port_cfg cfg = {
+		.family = ipv6 ? AF_INET6 : AF_INET,
+		.local_udp_port = port,
+		.ipv6_v6only = ipv6,
+	};
+
+	return udp_sock_create(&init_net, &cfg, sockp);
+}
+
+void rxe_rs_helper_setup_udp_tunnel(struct socket *sock,
+				    int (*encap_rcv)(struct sock *sk, struct sk_buff *skb))
+{
+	struct udp_tunnel_sock_cfg cfg = {
+		.encap_type = 1,
+		.encap_rcv = encap_rcv,
+	};
+
+	setup_udp_tunnel_sock(&init_net, sock, &cfg);
+}
+
+void rxe_rs_helper_kfree_skb(struct sk_buff *skb)
+{
+	kfree_skb(skb);
+}
+
+struct ib_device *rxe_rs_helper_ib_alloc_device(size_t size)
+{
+	return _ib_alloc_device(size);
+}
+
+/* Serialises newlink: "is this netdev or name taken?" and the registration are one step. */
+static DEFINE_MUTEX(rxe_rs_link_lock);
+
+void rxe_rs_helper_link_lock(void)
+{
+	mutex_lock(&rxe_rs_link_lock);
+}
+
+void rxe_rs_helper_link_unlock(void)
+{
+	mutex_unlock(&rxe_rs_link_lock);
+}
+
+bool rxe_rs_helper_ib_device_try_get(struct ib_device *dev)
+{
+	return ib_device_try_get(dev);
+}

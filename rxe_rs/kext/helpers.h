@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Out-of-line wrappers for the static inlines and macros rxe_rs needs: bindgen cannot see
+ * those. Nothing else belongs here; logic stays in Rust.
+ */
+#ifndef RXE_RS_HELPERS_H
+#define RXE_RS_HELPERS_H
+
+#include <linux/netdevice.h>
+#include <linux/skbuff.h>
+#include <net/udp_tunnel.h>
+#include <rdma/ib_verbs.h>
+
+void rxe_rs_helper_dev_hold(struct net_device *ndev);
+void rxe_rs_helper_dev_put(struct net_device *ndev);
+bool rxe_rs_helper_netif_running(const struct net_device *ndev);
+bool rxe_rs_helper_netif_carrier_ok(const struct net_device *ndev);
+bool rxe_rs_helper_is_vlan_dev(const struct net_device *ndev);
+bool rxe_rs_helper_net_eq_init(const struct net_device *ndev);
+struct net_device *rxe_rs_helper_notifier_info_to_dev(void *info);
+
+int rxe_rs_helper_udp_sock_create(bool ipv6, __be16 port, struct socket **sockp);
+void rxe_rs_helper_setup_udp_tunnel(struct socket *sock,
+				    int (*encap_rcv)(struct sock *sk, struct sk_buff *skb));
+void rxe_rs_helper_kfree_skb(struct sk_buff *skb);
+
+struct ib_device *rxe_rs_helper_ib_alloc_device(size_t size);
+bool rxe_rs_helper_ib_device_try_get(struct ib_device *dev);
+
+void rxe_rs_helper_link_lock(void);
+void rxe_rs_helper_link_unlock(void);
+
+#endif

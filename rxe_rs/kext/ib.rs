@@ -1,0 +1,381 @@
+// SPDX-License-Identifier: GPL-2.0
+//! `struct ib_device`: allocation, registration, lookup, and the `ib_device_ops` vtable.
+//!
+//! A driver describes its device with a [`Driver`] implementation whose value lives inside the
+//! C allocation, right after the `ib_device` (as C drivers embed it). The RDMA core owns a
+//! registered device: it is unregistered by `rdma link delete`, by [`Device::unregister_queued`]
+//! or by [`unregister_all`], and the driver value is dropped in `dealloc_driver`, the last
+//! callback the core makes.
+
+use super::{bindings, netdev::NetDevice};
+use core::{marker::PhantomData, mem::ManuallyDrop, ops::Deref, ptr::NonNull};
+use kernel::{
+    error::{from_result, to_result},
+    prelude::*,
+    str::CStr,
+    types::{ARef, Opaque},
+    ThisModule,
+};
+
+/// Device attributes (`ib_query_device`): plain data.
+pub(crate) type DeviceAttr = bindings::ib_device_attr;
+/// Port attributes (`ib_query_port`): plain data.
+pub(crate) type PortAttr = bindings::ib_port_attr;
+/// What never changes about a port (`get_port_immutable`): plain data.
+pub(crate) type PortImmutable = bindings::ib_port_immutable;
+
+/// The driver side of an `ib_device`.
+#[vtable]
+pub(crate) trait Driver: Sized + Send + Sync + 'static {
+    /// `ib_device_ops.driver_id`: libibverbs matches the provider by it.
+    const DRIVER_ID: u32;
+    /// `ib_device_ops.uverbs_abi_ver`.
+    const UVERBS_ABI_VERSION: u32;
+
+    /// Fills the device attributes.
+    fn query_device(dev: &Device<Self>, attr: &mut DeviceAttr) -> Result;
+
+    /// Fills the attributes of `port` (1-based); `attr` arrives zeroed.
+    fn query_port(dev: &Device<Self>, port: u32, attr: &mut PortAttr) -> Result;
+
+    /// Fills the immutable attributes of `port`.
+    fn port_immutable(dev: &Device<Self>, port: u32, immutable: &mut PortImmutable) -> Result;
+
+    /// The P_Key at `index` of `port`'s table.
+    fn query_pkey(dev: &Device<Self>, port: u32, index: u16) -> Result<u16>;
+}
+
+/// An `ib_device` with the driver's value `T` behind it.
+///
+/// # Invariants
+///
+/// `ib` was allocated by `_ib_alloc_device` with room for the whole struct, `data` is
+/// initialised from [`NewDevice::new`] until `dealloc_driver`, and the ops of `ib` are those of
+/// [`Adapter<T>`].
+#[repr(C)]
+pub(crate) struct Device<T: Driver> {
+    ib: Opaque<bindings::ib_device>,
+    data: T,
+}
+
+impl<T: Driver> Device<T> {
+    /// Borrows the device behind an `ib_device` pointer handed to a `T` callback.
+    ///
+    /// # Safety
+    ///
+    /// `ib` must be the `ib` field of a live `Device<T>` (any device whose ops are `T`'s), valid
+    /// for `'a`.
+    unsafe fn from_raw<'a>(ib: *mut bindings::ib_device) -> &'a Self {
+        // SAFETY: `ib` is the first field of the `#[repr(C)]` struct, so the pointers coincide.
+        unsafe { &*ib.cast::<Self>() }
+    }
+
+    fn as_raw(&self) -> *mut bindings::ib_device {
+        self.ib.get()
+    }
+
+    /// The device name (`rxers0`).
+    pub(crate) fn name(&self) -> &CStr {
+        // SAFETY: `name` is a NUL-terminated array of the live device.
+        unsafe { CStr::from_char_ptr((*self.as_raw()).name.as_ptr()) }
+    }
+
+    /// The net device bound to `port`, if it is still there.
+    pub(crate) fn netdev(&self, port: u32) -> Option<ARef<NetDevice>> {
+        // SAFETY: live device; the core returns a held reference or NULL.
+        let ndev = NonNull::new(unsafe { bindings::ib_device_get_netdev(self.as_raw(), port) })?;
+        // SAFETY: `ib_device_get_netdev` took the reference we hand to `ARef`.
+        Some(unsafe { ARef::from_raw(ndev.cast::<NetDevice>()) })
+    }
+
+    /// Tells the RDMA core (and so user space's async event queues) that `port` changed.
+    pub(crate) fn dispatch_port_event(&self, port: u32, active: bool) {
+        let mut event = bindings::ib_event {
+            device: self.as_raw(),
+            event: if active {
+                bindings::ib_event_type_IB_EVENT_PORT_ACTIVE
+            } else {
+                bindings::ib_event_type_IB_EVENT_PORT_ERR
+            },
+            ..Default::default()
+        };
+        event.element.port_num = port;
+        // SAFETY: `event` is fully initialised and names this live device.
+        unsafe { bindings::ib_dispatch_event(&event) };
+    }
+
+    /// Starts unregistering the device from a context that must not sleep on it (a netdev
+    /// notifier); the core finishes from its workqueue.
+    pub(crate) fn unregister_queued(&self) {
+        // SAFETY: the device is registered and we hold a reference (it is borrowed).
+        unsafe { bindings::ib_unregister_device_queued(self.as_raw()) };
+    }
+
+    /// The Ethernet link speed of `port` as IB (speed, width), from ethtool.
+    pub(crate) fn eth_speed(&self, port: u32) -> Result<(u16, u8)> {
+        let (mut speed, mut width) = (0u16, 0u8);
+        // SAFETY: live device, valid out-pointers; may sleep (takes RTNL), as do our callers.
+        to_result(unsafe { bindings::ib_get_eth_speed(self.as_raw(), port, &mut speed, &mut width) })?;
+        Ok((speed, width))
+    }
+
+    /// Our device on `ndev`, if there is one.
+    pub(crate) fn get_by_netdev(ndev: &NetDevice) -> Option<DeviceRef<T>> {
+        // SAFETY: `ndev` is valid; the core returns a referenced device or NULL.
+        let ib = unsafe { bindings::ib_device_get_by_netdev(ndev.as_raw(), T::DRIVER_ID) };
+        // INVARIANT: only `T`'s devices carry `T::DRIVER_ID`, and the core took a reference.
+        NonNull::new(ib).map(|ib| DeviceRef { ib, _driver: PhantomData })
+    }
+}
+
+impl<T: Driver> Deref for Device<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.data
+    }
+}
+
+/// Whether any RDMA device (of any driver) is called `name`.
+pub(crate) fn name_in_use(name: &CStr) -> bool {
+    // SAFETY: `name` is NUL-terminated; RDMA_DRIVER_UNKNOWN matches every driver.
+    let ib = unsafe { bindings::ib_device_get_by_name(name.as_char_ptr(), bindings::rdma_driver_id_RDMA_DRIVER_UNKNOWN) };
+    if ib.is_null() {
+        return false;
+    }
+    // SAFETY: `ib_device_get_by_name` returned a reference we give back.
+    unsafe { bindings::ib_device_put(ib) };
+    true
+}
+
+/// Unregisters every device of driver `T` and waits until each is deallocated: no callback
+/// into `T` runs after this returns.
+pub(crate) fn unregister_all<T: Driver>() {
+    // SAFETY: plain call; the core serialises against other unregistrations.
+    unsafe { bindings::ib_unregister_driver(T::DRIVER_ID) };
+}
+
+/// A counted reference to a registered device.
+///
+/// # Invariants
+///
+/// `ib` is a `Device<T>` on which we hold an `ib_device_get` reference.
+pub(crate) struct DeviceRef<T: Driver> {
+    ib: NonNull<bindings::ib_device>,
+    _driver: PhantomData<T>,
+}
+
+impl<T: Driver> Deref for DeviceRef<T> {
+    type Target = Device<T>;
+
+    fn deref(&self) -> &Device<T> {
+        // SAFETY: type invariant: a referenced `Device<T>`.
+        unsafe { Device::from_raw(self.ib.as_ptr()) }
+    }
+}
+
+impl<T: Driver> Drop for DeviceRef<T> {
+    fn drop(&mut self) {
+        // SAFETY: we hold the reference (type invariant).
+        unsafe { bindings::ib_device_put(self.ib.as_ptr()) };
+    }
+}
+
+/// What the driver sets on a device before it is registered.
+pub(crate) struct DeviceConfig<'a> {
+    /// Node GUID (big-endian bytes, as on the wire).
+    pub(crate) node_guid: [u8; 8],
+    /// `node_desc` (shown by `ibv_devinfo` and sysfs).
+    pub(crate) node_desc: &'a CStr,
+    /// Completion vectors offered to user space.
+    pub(crate) num_comp_vectors: u32,
+    /// The module that owns the device (uverbs pins it while user space has the device open).
+    pub(crate) owner: &'static ThisModule,
+}
+
+/// A device allocated but not yet registered; freed on drop.
+///
+/// # Invariants
+///
+/// `dev` points to an allocated `Device<T>` with `data` initialised and `T`'s ops set; nobody
+/// else knows about it.
+pub(crate) struct NewDevice<T: Driver> {
+    dev: NonNull<Device<T>>,
+}
+
+impl<T: Driver> NewDevice<T> {
+    /// Allocates a one-port RoCE device carrying `data`.
+    pub(crate) fn new(data: T, config: &DeviceConfig<'_>) -> Result<Self> {
+        // SAFETY: a plain allocation; `Device<T>` starts with the `ib_device`.
+        let ib = unsafe { bindings::rxe_rs_helper_ib_alloc_device(core::mem::size_of::<Device<T>>()) };
+        let dev = NonNull::new(ib.cast::<Device<T>>()).ok_or(ENOMEM)?;
+        let ops = Adapter::<T>::ops(config.owner);
+        // SAFETY: `dev` is a fresh, zeroed `Device<T>` allocation that we own: we initialise
+        // `data` before installing ops whose `dealloc_driver` drops it, and `ib_set_device_ops`
+        // copies `ops`, which may then go out of scope.
+        unsafe {
+            core::ptr::addr_of_mut!((*dev.as_ptr()).data).write(data);
+            let ib = &mut *ib;
+            bindings::ib_set_device_ops(ib, &ops);
+            ib.node_guid = u64::from_ne_bytes(config.node_guid);
+            ib.node_type = bindings::rdma_node_type_RDMA_NODE_IB_CA as u8;
+            ib.phys_port_cnt = 1;
+            ib.num_comp_vectors = config.num_comp_vectors as i32;
+            ib.local_dma_lkey = 0;
+            ib.name_assign_type = bindings::rdma_nl_name_assign_type_RDMA_NAME_ASSIGN_TYPE_USER as u8;
+            let desc = config.node_desc.as_bytes();
+            let len = desc.len().min(ib.node_desc.len() - 1);
+            core::ptr::copy_nonoverlapping(desc.as_ptr(), ib.node_desc.as_mut_ptr().cast(), len);
+        }
+        Ok(Self { dev })
+    }
+
+    fn raw(&self) -> *mut bindings::ib_device {
+        self.dev.as_ptr().cast()
+    }
+
+    /// Binds `ndev` to port 1: the core fills the GID table from its IP addresses and resolves
+    /// routes through it.
+    pub(crate) fn set_netdev(&mut self, ndev: &NetDevice) -> Result {
+        // SAFETY: unregistered device we own; the core takes its own netdev reference.
+        to_result(unsafe { bindings::ib_device_set_netdev(self.raw(), ndev.as_raw(), 1) })
+    }
+
+    /// Registers the device as `name`. From here on the RDMA core owns it; the returned
+    /// reference keeps it alive while the caller finishes setting it up.
+    pub(crate) fn register(self, name: &CStr) -> Result<DeviceRef<T>> {
+        let this = ManuallyDrop::new(self);
+        let ib = this.raw();
+        // SAFETY: fully set-up device we own; NULL means no DMA device (software device).
+        let ret = unsafe { bindings::ib_register_device(ib, name.as_char_ptr(), core::ptr::null_mut()) };
+        if let Err(e) = to_result(ret) {
+            // On failure the caller still owns the device and must free it.
+            drop(ManuallyDrop::into_inner(this));
+            return Err(e);
+        }
+        // SAFETY: a registered device; this reference is dropped by the `DeviceRef`. The device
+        // may be unregistered concurrently (rdma link delete), which this reference survives.
+        unsafe { bindings::rxe_rs_helper_ib_device_try_get(ib) }
+            .then(|| DeviceRef { ib: NonNull::new(ib).unwrap(), _driver: PhantomData })
+            .ok_or(ENODEV)
+    }
+}
+
+impl<T: Driver> Drop for NewDevice<T> {
+    fn drop(&mut self) {
+        // SAFETY: we own the unregistered device; this calls `dealloc_driver` (dropping `data`)
+        // and frees it.
+        unsafe { bindings::ib_dealloc_device(self.raw()) };
+    }
+}
+
+/// The C callbacks of `ib_device_ops`, each turning raw pointers into safe types for `T`.
+struct Adapter<T: Driver>(PhantomData<T>);
+
+impl<T: Driver> Adapter<T> {
+    fn ops(owner: &'static ThisModule) -> bindings::ib_device_ops {
+        bindings::ib_device_ops {
+            owner: owner.as_ptr(),
+            driver_id: T::DRIVER_ID,
+            uverbs_abi_ver: T::UVERBS_ABI_VERSION,
+            query_device: Some(Self::query_device),
+            query_port: Some(Self::query_port),
+            get_port_immutable: Some(Self::get_port_immutable),
+            query_pkey: Some(Self::query_pkey),
+            alloc_ucontext: Some(Self::alloc_ucontext),
+            dealloc_ucontext: Some(Self::dealloc_ucontext),
+            mmap: Some(Self::mmap),
+            dealloc_driver: Some(Self::dealloc_driver),
+            size_ib_ucontext: core::mem::size_of::<bindings::ib_ucontext>(),
+            ..Default::default()
+        }
+    }
+
+    /// # Safety
+    ///
+    /// Called by the RDMA core with a live device of ours.
+    unsafe extern "C" fn query_device(
+        ib: *mut bindings::ib_device,
+        attr: *mut bindings::ib_device_attr,
+        udata: *mut bindings::ib_udata,
+    ) -> kernel::ffi::c_int {
+        from_result(|| {
+            // SAFETY: the core passes a live device, a valid attr and a NULL or valid udata.
+            let (dev, attr) = unsafe { (Device::<T>::from_raw(ib), &mut *attr) };
+            // SAFETY: as above.
+            if !udata.is_null() && unsafe { (*udata).inlen != 0 || (*udata).outlen != 0 } {
+                // We define no driver-specific query_device data.
+                return Err(EINVAL);
+            }
+            T::query_device(dev, attr)?;
+            Ok(0)
+        })
+    }
+
+    unsafe extern "C" fn query_port(
+        ib: *mut bindings::ib_device,
+        port: u32,
+        attr: *mut bindings::ib_port_attr,
+    ) -> kernel::ffi::c_int {
+        from_result(|| {
+            // SAFETY: live device, valid zeroed attr.
+            let (dev, attr) = unsafe { (Device::<T>::from_raw(ib), &mut *attr) };
+            T::query_port(dev, port, attr)?;
+            Ok(0)
+        })
+    }
+
+    unsafe extern "C" fn get_port_immutable(
+        ib: *mut bindings::ib_device,
+        port: u32,
+        immutable: *mut bindings::ib_port_immutable,
+    ) -> kernel::ffi::c_int {
+        from_result(|| {
+            // SAFETY: live device, valid out-struct.
+            let (dev, immutable) = unsafe { (Device::<T>::from_raw(ib), &mut *immutable) };
+            T::port_immutable(dev, port, immutable)?;
+            Ok(0)
+        })
+    }
+
+    unsafe extern "C" fn query_pkey(
+        ib: *mut bindings::ib_device,
+        port: u32,
+        index: u16,
+        pkey: *mut u16,
+    ) -> kernel::ffi::c_int {
+        from_result(|| {
+            // SAFETY: live device.
+            let dev = unsafe { Device::<T>::from_raw(ib) };
+            let value = T::query_pkey(dev, port, index)?;
+            // SAFETY: valid out-pointer.
+            unsafe { pkey.write(value) };
+            Ok(0)
+        })
+    }
+
+    unsafe extern "C" fn alloc_ucontext(
+        _uctx: *mut bindings::ib_ucontext,
+        _udata: *mut bindings::ib_udata,
+    ) -> kernel::ffi::c_int {
+        // No per-process state yet: the core's `ib_ucontext` is all there is.
+        0
+    }
+
+    unsafe extern "C" fn dealloc_ucontext(_uctx: *mut bindings::ib_ucontext) {}
+
+    unsafe extern "C" fn mmap(
+        _uctx: *mut bindings::ib_ucontext,
+        _vma: *mut bindings::vm_area_struct,
+    ) -> kernel::ffi::c_int {
+        // The core calls this op unconditionally on mmap(2) of the uverbs fd: it must exist.
+        // Nothing is mappable yet.
+        EINVAL.to_errno()
+    }
+
+    unsafe extern "C" fn dealloc_driver(ib: *mut bindings::ib_device) {
+        // SAFETY: the core's last callback for this device: drop `T` in place, exactly once
+        // (the invariant of `Device` ends here; the core frees the memory afterwards).
+        unsafe { core::ptr::drop_in_place(core::ptr::addr_of_mut!((*ib.cast::<Device<T>>()).data)) };
+    }
+}

@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The kernel-extension layer: safe Rust types over the C APIs the `kernel` crate of 6.12 lacks
+//! (RDMA core, net devices, UDP tunnels, skbs).
+//!
+//! This is the only place in the module with FFI calls and `unsafe`; every `unsafe` block says
+//! why it is sound. Above it, the driver is plain safe Rust. Objects the C side owns are
+//! borrowed as `#[repr(transparent)]` wrappers over [`Opaque`](kernel::types::Opaque);
+//! registrations are RAII objects that unregister on drop.
+
+pub(crate) mod bindings;
+pub(crate) mod errno;
+pub(crate) mod ib;
+pub(crate) mod link;
+pub(crate) mod netdev;
+pub(crate) mod skb;
+pub(crate) mod udp_tunnel;
+
+use kernel::{init::PinInit, prelude::*, types::Opaque};
+
+/// Like [`Opaque::ffi_init`], for C constructors that can fail (registrations).
+pub(crate) fn opaque_try_init<T>(
+    init: impl FnOnce(*mut T) -> Result,
+) -> impl PinInit<Opaque<T>, Error> {
+    // SAFETY: `Opaque<T>` may hold an uninitialised `T`, so whatever `init` leaves in the slot
+    // is a valid `Opaque<T>`; on error the slot is simply not used.
+    unsafe {
+        kernel::init::pin_init_from_closure(move |slot: *mut Opaque<T>| init(Opaque::raw_get(slot)))
+    }
+}

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Kernel UDP sockets in encapsulation mode: every datagram for the port is handed to us.
+
+use super::{bindings, skb::SkBuff};
+use core::{marker::PhantomData, ptr::NonNull};
+use kernel::{error::to_result, prelude::*};
+
+/// Consumes the datagrams of a [`UdpTunnel`], in softirq context.
+pub(crate) trait EncapReceiver {
+    /// One datagram; `skb->data` points at the UDP header.
+    fn receive(skb: SkBuff);
+}
+
+/// A kernel UDP socket bound to a port in `init_net`, released on drop.
+pub(crate) struct UdpTunnel<T: EncapReceiver> {
+    sock: NonNull<bindings::socket>,
+    _receiver: PhantomData<T>,
+}
+
+impl<T: EncapReceiver> UdpTunnel<T> {
+    /// Binds `port` (IPv4, or IPv6-only when `ipv6`) and routes its datagrams to `T`.
+    /// Fails with `EADDRINUSE` when another socket (say, rdma_rxe's) holds the port.
+    pub(crate) fn bind(ipv6: bool, port: u16) -> Result<Self> {
+        let mut sock: *mut bindings::socket = core::ptr::null_mut();
+        // SAFETY: `sock` is a valid out-pointer; the helper creates the socket in `init_net`.
+        to_result(unsafe { bindings::rxe_rs_helper_udp_sock_create(ipv6, port.to_be(), &mut sock) })?;
+        let sock = NonNull::new(sock).ok_or(EINVAL)?;
+        // SAFETY: `sock` was just created and is not yet receiving; `encap_recv` matches the
+        // encap_rcv signature and lives as long as the module.
+        unsafe { bindings::rxe_rs_helper_setup_udp_tunnel(sock.as_ptr(), Some(Self::encap_recv)) };
+        Ok(Self { sock, _receiver: PhantomData })
+    }
+
+    unsafe extern "C" fn encap_recv(
+        _sk: *mut bindings::sock,
+        skb: *mut bindings::sk_buff,
+    ) -> kernel::ffi::c_int {
+        if let Some(skb) = NonNull::new(skb) {
+            // SAFETY: returning 0 from encap_rcv means we consumed the skb: it is ours.
+            T::receive(unsafe { SkBuff::from_raw(skb) });
+        }
+        0
+    }
+}
+
+impl<T: EncapReceiver> Drop for UdpTunnel<T> {
+    fn drop(&mut self) {
+        // SAFETY: the socket was created in `bind` and is released exactly once; the release
+        // waits for in-flight receive callbacks (synchronize_rcu).
+        unsafe { bindings::udp_tunnel_sock_release(self.sock.as_ptr()) }
+    }
+}
+
+// SAFETY: the socket pointer is only used at drop, from any thread.
+unsafe impl<T: EncapReceiver> Send for UdpTunnel<T> {}
+// SAFETY: no `&self` methods touch the socket.
+unsafe impl<T: EncapReceiver> Sync for UdpTunnel<T> {}
+

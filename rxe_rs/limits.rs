@@ -1,0 +1,20 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Device limits: what `ibv_devinfo -v` reports, and what the verbs enforce.
+//!
+//! Objects not implemented yet (QPs, CQs, MRs, SRQs, AHs, MWs) report 0, so that no application
+//! plans on them; each limit is raised by the change that implements and enforces it.
+
+/// `vendor_id`: the value rdma_rxe uses for soft devices.
+pub(crate) const VENDOR_ID: u32 = 0xff_ffff;
+/// Largest MR and message (2 GiB, as rdma_rxe's `max_msg_sz`).
+pub(crate) const MAX_MSG_SIZE: u32 = 1 << 31;
+/// GID table entries per port (filled by the RDMA core from the netdev's IP addresses).
+pub(crate) const GID_TABLE_LEN: i32 = 1024;
+/// One P_Key, the default full-membership one.
+pub(crate) const PKEY_TABLE_LEN: u16 = 1;
+/// `IB_DEFAULT_PKEY_FULL`.
+pub(crate) const DEFAULT_PKEY: u16 = 0xffff;
+/// `local_ca_ack_delay` (4.096 us * 2^15), as rdma_rxe.
+pub(crate) const LOCAL_CA_ACK_DELAY: u8 = 15;
+/// Page sizes an MR may use.
+pub(crate) const PAGE_SIZE_CAP: u64 = 0xffff_f000;

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: GPL-2.0
+//! `rdma link add NAME type rxe_rs netdev DEV`.
+
+use crate::{
+    device::RxeDevice,
+    kext::{
+        errno::eopnotsupp,
+        ib::{self, Device, DeviceConfig, NewDevice},
+        link::{LinkDriver, LinkLockGuard},
+        netdev::NetDevice,
+    },
+};
+use kernel::{c_str, prelude::*, str::CStr};
+
+/// The `rxe_rs` link type.
+pub(crate) struct RxeLink;
+
+impl LinkDriver for RxeLink {
+    const TYPE: &'static CStr = c_str!("rxe_rs");
+
+    fn newlink(name: &CStr, ndev: &NetDevice) -> Result {
+        if ndev.is_vlan() {
+            pr_err!("{}: a VLAN device cannot carry RoCE, use its real device\n", ndev.name());
+            return Err(EPERM);
+        }
+        if !ndev.in_init_net() {
+            // Our UDP sockets and routes live in init_net only.
+            pr_err!("{}: network namespaces are not supported\n", ndev.name());
+            return Err(eopnotsupp());
+        }
+
+        let _serialised = LinkLockGuard::lock();
+        if Device::<RxeDevice>::get_by_netdev(ndev).is_some() {
+            pr_err!("{}: already has an rxe_rs device\n", ndev.name());
+            return Err(EEXIST);
+        }
+        if ib::name_in_use(name) {
+            pr_err!("{}: an RDMA device with this name exists\n", name);
+            return Err(EEXIST);
+        }
+
+        let data = RxeDevice::new(ndev);
+        let config = DeviceConfig {
+            node_guid: data.guid(),
+            node_desc: c_str!("rxe_rs"),
+            num_comp_vectors: 1,
+            owner: &crate::THIS_MODULE,
+        };
+        let mut new = NewDevice::new(data, &config)?;
+        new.set_netdev(ndev)?;
+        // The core reports a name taken meanwhile by another driver as ENFILE.
+        let dev = new.register(name).map_err(|e| if e == ENFILE { EEXIST } else { e })?;
+        dev.set_netdev_mtu(ndev.mtu());
+        RxeDevice::sync_port(&dev, ndev);
+        pr_info!("{}: added on {}\n", dev.name(), ndev.name());
+        Ok(())
+    }
+}

@@ -1,0 +1,8 @@
+//! The rxe_rs protocol engine: pure `core` Rust with no kernel dependency.
+//!
+//! The kernel module compiles this crate's files into itself (Kbuild, `--cfg MODULE`); on the
+//! host `cargo test` runs the unit tests. Nothing here allocates, locks or touches a pointer.
+#![cfg_attr(not(MODULE), no_std)]
+
+pub mod addr;
+pub mod mtu;

@@ -1,0 +1,9 @@
+# shellcheck shell=bash
+# Builds what the VM needs: the kernel (cached), the module against it, the provider (installed
+# on the host, whose root the guest shares). Sourced by run.sh, check.sh and bench.sh.
+build_all() {
+	local flavor=${1:-debug}
+	"$RXE_RS_ROOT/scripts/kernel.sh" build "$flavor" >/dev/null
+	make -s -C "$RXE_RS_ROOT" KFLAVOR="$flavor" module provider
+	"$RXE_RS_ROOT/scripts/install-provider.sh"
+}

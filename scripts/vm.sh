@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Boot the test kernel in a QEMU VM (virtme-ng, over the host's root filesystem) with the freshly
+# built rxe_rs module installed in the guest's module tree, and run a command inside as root.
+#
+#   vm.sh [options] -- COMMAND...
+#     --flavor debug|bench      which cached kernel (default debug)
+#     --nic MAC,LPORT,RPORT     add a virtio NIC whose frames go to/come from UDP 127.0.0.1:RPORT
+#                               /:LPORT (QEMU socket backend): two VMs with crossed ports share a link
+#     --cpus N --memory M       guest size (default 2 CPUs, 2G)
+#     --timeout S               kill the VM after S seconds (default 1800)
+#     --name NAME               guest hostname
+#
+# KVM is used when it works on this machine; otherwise (or if a KVM guest hangs, as it does on some
+# nested setups) the VM runs under TCG. The probe result is cached per kernel.
+set -euo pipefail
+source "$(dirname "$0")/lib/env.sh"
+
+flavor=debug cpus=2 memory=2G timeout_s=1800 name=rxe-vm
+nics=()
+while (($#)); do
+	case $1 in
+	--flavor) flavor=$2; shift 2 ;;
+	--nic) nics+=("$2"); shift 2 ;;
+	--cpus) cpus=$2; shift 2 ;;
+	--memory) memory=$2; shift 2 ;;
+	--timeout) timeout_s=$2; shift 2 ;;
+	--name) name=$2; shift 2 ;;
+	--) shift; break ;;
+	*) echo "vm.sh: unknown option $1" >&2; exit 2 ;;
+	esac
+done
+(($#)) || { echo "usage: vm.sh [options] -- COMMAND..." >&2; exit 2; }
+
+kdir=$("$RXE_RS_ROOT/scripts/kernel.sh" path "$flavor")
+[[ -e $kdir/.rxe_rs-built ]] || { echo "vm.sh: kernel not built: run 'make kernel KFLAVOR=$flavor'" >&2; exit 1; }
+module=$RXE_RS_ROOT/rxe_rs.ko
+[[ -e $module ]] || { echo "vm.sh: $module not built: run 'make module'" >&2; exit 1; }
+
+# The guest's /lib/modules/$(uname -r) is the tree's .virtme_mods/lib/modules/0.0.0: put our
+# module there and index it, so that modprobe and `rdma link add` autoloading work as installed.
+stage_module() {
+	local mods=$kdir/.virtme_mods/lib/modules/0.0.0
+	exec 8>"$kdir/.rxe_rs-mods.lock"
+	flock 8
+	if [[ ! -e $mods/modules.dep || $kdir/modules.order -nt $mods/modules.dep ]]; then
+		(cd "$kdir" && "$RXE_RS_CACHE/venv/bin/virtme-prep-kdir-mods" >/dev/null)
+	fi
+	mkdir -p "$mods/extra"
+	cp "$module" "$mods/extra/rxe_rs.ko"
+	depmod -ae -F "$kdir/System.map" -b "$kdir/.virtme_mods" 0.0.0
+	flock -u 8
+}
+stage_module
+
+vng_base=("$VNG" --run "$kdir" --user root --name "$name" --cpus "$cpus" --memory "$memory")
+
+accel_flag() {
+	local probe=$RXE_RS_CACHE/accel-$(basename "$kdir")
+	if [[ ! -e $probe ]]; then
+		local accel=tcg
+		if [[ -w /dev/kvm ]] && timeout 120 "${vng_base[@]}" --exec true >/dev/null 2>&1; then
+			accel=kvm
+		fi
+		echo "$accel" >"$probe"
+		echo "vm.sh: this machine runs VMs with $accel" >&2
+	fi
+	[[ $(cat "$probe") == kvm ]] || echo --disable-kvm
+}
+
+qemu_opts=""
+for i in "${!nics[@]}"; do
+	IFS=, read -r mac lport rport <<<"${nics[$i]}"
+	qemu_opts+=" -netdev socket,id=rxenet$i,udp=127.0.0.1:$rport,localaddr=127.0.0.1:$lport"
+	qemu_opts+=" -device virtio-net-pci,netdev=rxenet$i,mac=$mac"
+done
+
+cmd=$(printf '%q ' "$@")
+exec timeout --kill-after=10 "$timeout_s" "${vng_base[@]}" $(accel_flag) \
+	${qemu_opts:+--qemu-opts "$qemu_opts"} \
+	--exec "export RXE_RS_ROOT=$RXE_RS_ROOT KDIR=$kdir; $cmd"

@@ -1,0 +1,53 @@
+# shellcheck shell=bash
+# Helpers for the in-guest tests (sourced). KDIR and RXE_RS_ROOT come from scripts/vm.sh.
+source "$KDIR/tools/testing/selftests/kselftest/ktap_helpers.sh"
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+
+# Polls COMMAND... until it succeeds or SECONDS run out (TCG guests are slow: be generous).
+wait_for() {
+	local deadline=$((SECONDS + $1))
+	shift
+	until "$@"; do
+		((SECONDS < deadline)) || return 1
+		sleep 0.2
+	done
+}
+
+# Runs COMMAND..., which must fail, and its output must contain MESSAGE (the strerror of the
+# expected errno, as iproute2 and libibverbs print it).
+fails_with() {
+	local message=$1 out
+	shift
+	if out=$("$@" 2>&1); then
+		echo "# unexpectedly succeeded: $*"
+		return 1
+	fi
+	grep -q -- "$message" <<<"$out" || { echo "# expected '$message', got: $out"; return 1; }
+}
+
+# A veth pair with IPv4 addresses on both ends, both up: a netdev with carrier.
+make_veth() {
+	ip link add "${1:-veth0}" type veth peer name "${2:-veth1}"
+	ip addr add "${3:-10.11.0.1/24}" dev "${1:-veth0}"
+	ip link set "${1:-veth0}" up
+	ip link set "${2:-veth1}" up
+}
+
+ib_exists() { [[ -e /sys/class/infiniband/$1 ]]; }
+ib_gone() { [[ ! -e /sys/class/infiniband/$1 ]]; }
+# "4: ACTIVE" / "1: DOWN" from sysfs.
+port_state_is() { grep -q "$2" "/sys/class/infiniband/$1/ports/1/state"; }
+gid_present() { grep -qx "$2" /sys/class/infiniband/"$1"/ports/1/gids/* 2>/dev/null; }
+module_loaded() { [[ -d /sys/module/$1 ]]; }
+
+# Unloads rxe_rs (and rdma_rxe) so a test starts from nothing.
+reset_modules() {
+	local dev
+	for dev in /sys/class/infiniband/*; do
+		[[ -e $dev ]] && rdma link delete "$(basename "$dev")" 2>/dev/null
+	done
+	modprobe -r rxe_rs 2>/dev/null || true
+	modprobe -r rdma_rxe 2>/dev/null || true
+	ip link del veth0 2>/dev/null || true
+	ip link del veth2 2>/dev/null || true
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs test scripts inside the guest, each followed by a check that the kernel stayed clean:
+# no new WARNING/BUG/oops/KASAN/lockdep/RCU splat in dmesg and no new kmemleak report.
+#   run-suite.sh TEST.sh...
+set -u
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
+KMEMLEAK=/sys/kernel/debug/kmemleak
+SPLATS='WARNING:|BUG:|Oops|KASAN|kernel BUG|general protection fault|possible recursive locking|possible circular locking|inconsistent lock state|suspicious RCU usage|unreferenced object|UBSAN|soft lockup|hung_task|blocked for more than|Call Trace'
+
+echo "# suite: kernel $(uname -r), $(nproc) CPUs"
+[[ -e $KMEMLEAK ]] || echo "# kmemleak is not available in this kernel: leak checks are skipped"
+for test in "$@"; do
+	name=$(basename "$test" .sh)
+	[[ -e $KMEMLEAK ]] && echo clear >"$KMEMLEAK"
+	mark=$(dmesg | wc -l)
+	echo "# selftest: $name"
+	timeout 900 bash "$test"
+	rc=$?
+	echo "# selftest: $name exit=$rc"
+
+	echo "# check: $name dmesg"
+	if [[ -e $KMEMLEAK ]]; then
+		# kmemleak ignores objects younger than ~5 s; two scans settle grey objects.
+		sleep 6
+		echo scan >"$KMEMLEAK"
+		echo scan >"$KMEMLEAK"
+		leaks=$(cat "$KMEMLEAK")
+		[[ -z $leaks ]] || { echo "$leaks" | head -60 | sed 's/^/# kmemleak: /'; }
+	fi
+	splats=$(dmesg | tail -n +"$((mark + 1))" | grep -E "$SPLATS")
+	if [[ -n $splats || -n ${leaks:-} ]]; then
+		dmesg | tail -n +"$((mark + 1))" | tail -80 | sed 's/^/# dmesg: /'
+		echo "not ok dmesg clean after $name"
+	else
+		echo "ok dmesg clean after $name"
+	fi
+	leaks=
+done
+echo "# suite: done"
