@@ -226,3 +226,80 @@ const _: () = {
     assert!(size_of::<ibv_get_context>() == 16);
     assert!(size_of::<ibv_query_port>() == 24);
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::{offset_of, size_of};
+
+    /// The x86-64 layouts measured on Debian 12 (rdma-core 44), slot by slot.
+    #[test]
+    fn private_layouts_match_rdma_core_44() {
+        assert_eq!(size_of::<verbs_device_ops>(), 72);
+        assert_eq!(offset_of!(verbs_device_ops, match_min_abi_version), 8);
+        assert_eq!(offset_of!(verbs_device_ops, match_max_abi_version), 12);
+        assert_eq!(offset_of!(verbs_device_ops, match_table), 16);
+        assert_eq!(offset_of!(verbs_device_ops, static_providers), 24);
+        assert_eq!(offset_of!(verbs_device_ops, match_device), 32);
+        assert_eq!(offset_of!(verbs_device_ops, alloc_context), 40);
+        assert_eq!(offset_of!(verbs_device_ops, import_context), 48);
+        assert_eq!(offset_of!(verbs_device_ops, alloc_device), 56);
+        assert_eq!(offset_of!(verbs_device_ops, uninit_device), 64);
+
+        assert_eq!(size_of::<verbs_match_ent>(), 24);
+        assert_eq!(offset_of!(verbs_match_ent, driver_id), 8);
+        assert_eq!(offset_of!(verbs_match_ent, vendor), 16);
+        assert_eq!(offset_of!(verbs_match_ent, device), 18);
+        assert_eq!(offset_of!(verbs_match_ent, kind), 20);
+
+        assert_eq!(size_of::<verbs_sysfs_dev>(), 992);
+        assert_eq!(offset_of!(verbs_sysfs_dev, abi_ver), 968);
+
+        assert_eq!(size_of::<verbs_device>(), 712);
+        assert_eq!(offset_of!(verbs_device, ops), 664);
+        assert_eq!(offset_of!(verbs_device, refcount), 672);
+        assert_eq!(offset_of!(verbs_device, entry), 680);
+        assert_eq!(offset_of!(verbs_device, sysfs), 696);
+        assert_eq!(offset_of!(verbs_device, core_support), 704);
+    }
+
+    #[test]
+    fn context_ops_slots_are_alphabetical_as_in_rdma_core_44() {
+        assert_eq!(size_of::<verbs_context_ops>(), 76 * 8);
+        assert_eq!(offset_of!(verbs_context_ops, alloc_pd), 5 * 8);
+        assert_eq!(offset_of!(verbs_context_ops, create_cq), 15 * 8);
+        assert_eq!(offset_of!(verbs_context_ops, create_qp_ex), 160);
+        assert_eq!(offset_of!(verbs_context_ops, free_context), 39 * 8);
+        assert_eq!(offset_of!(verbs_context_ops, modify_qp), 47 * 8);
+        assert_eq!(offset_of!(verbs_context_ops, poll_cq), 424);
+        assert_eq!(offset_of!(verbs_context_ops, post_send), 440);
+        assert_eq!(offset_of!(verbs_context_ops, query_device_ex), 464);
+        assert_eq!(offset_of!(verbs_context_ops, query_port), 60 * 8);
+        assert_eq!(offset_of!(verbs_context_ops, reg_mr), 68 * 8);
+        assert_eq!(offset_of!(verbs_context_ops, req_notify_cq), 69 * 8);
+        assert_eq!(offset_of!(verbs_context_ops, unimport_pd), 600);
+    }
+
+    #[test]
+    fn public_layouts_match_rdma_core_44() {
+        assert_eq!(size_of::<ibv_device>(), 664);
+        assert_eq!(size_of::<ibv_context>(), 328);
+        assert_eq!(size_of::<verbs_context>(), 648);
+        assert_eq!(offset_of!(verbs_context, context), 320);
+        assert_eq!(size_of::<ibv_qp>(), 160);
+        assert_eq!(size_of::<ibv_qp_ex>(), 352);
+        assert_eq!(size_of::<ibv_cq>(), 128);
+        assert_eq!(size_of::<ibv_cq_ex>(), 288);
+        assert_eq!(size_of::<ibv_srq>(), 128);
+        assert_eq!(size_of::<ibv_wc>(), 48);
+        assert_eq!(size_of::<ibv_sge>(), 16);
+    }
+
+    #[test]
+    fn command_wrappers_have_the_kernel_sizes() {
+        assert_eq!(size_of::<ibv_get_context>(), 16);
+        assert_eq!(size_of::<ibv_query_port>(), 24);
+        assert_eq!(size_of::<ib_uverbs_ex_query_device_resp>(), 304);
+        assert_eq!(size_of::<ib_uverbs_get_context_resp>(), 8);
+    }
+}

@@ -5,4 +5,8 @@
 #![cfg_attr(not(MODULE), no_std)]
 
 pub mod addr;
+pub mod headers;
+pub mod icrc;
 pub mod mtu;
+pub mod opcode;
+pub mod psn;
