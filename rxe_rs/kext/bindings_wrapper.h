@@ -7,6 +7,7 @@
 #include <rdma/ib_verbs.h>
 #include <rdma/ib_umem.h>
 #include <rdma/ib_cache.h>
+#include <rdma/ib_mad.h>
 #include <rdma/rdma_netlink.h>
 #include <rdma/uverbs_ioctl.h>
 #include <uapi/rdma/ib_user_verbs.h>

@@ -218,11 +218,11 @@ impl<T: Driver> NewDevice<T> {
             let ib = &mut *ib;
             bindings::ib_set_device_ops(ib, &ops);
             ib.node_guid = u64::from_ne_bytes(config.node_guid);
-            ib.node_type = bindings::rdma_node_type_RDMA_NODE_IB_CA as u8;
+            ib.node_type = bindings::RDMA_NODE_IB_CA as u8;
             ib.phys_port_cnt = 1;
             ib.num_comp_vectors = config.num_comp_vectors as i32;
             ib.local_dma_lkey = 0;
-            ib.name_assign_type = bindings::rdma_nl_name_assign_type_RDMA_NAME_ASSIGN_TYPE_USER as u8;
+            ib.name_assign_type = bindings::rdma_nl_name_assign_type_RDMA_NAME_ASSIGN_TYPE_USER;
             let desc = config.node_desc.as_bytes();
             let len = desc.len().min(ib.node_desc.len() - 1);
             core::ptr::copy_nonoverlapping(desc.as_ptr(), ib.node_desc.as_mut_ptr().cast(), len);

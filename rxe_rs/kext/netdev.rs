@@ -74,7 +74,7 @@ impl NetDevice {
     pub(crate) fn is_up(&self) -> bool {
         // SAFETY: valid device.
         let flags = unsafe { bindings::dev_get_flags(self.as_raw()) };
-        flags & bindings::IFF_UP != 0
+        flags & bindings::net_device_flags_IFF_UP != 0
     }
 
     /// A VLAN sub-device.

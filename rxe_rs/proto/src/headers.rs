@@ -1,6 +1,6 @@
 //! Transport headers: parse from and write to big-endian wire bytes.
 
-use crate::{
+use super::{
     opcode::{Opcode, AETH_BYTES, BTH_BYTES, RETH_BYTES},
     psn::Psn,
 };

@@ -62,9 +62,9 @@ pub fn icrc(crc: &impl Crc32, packet: &[u8]) -> Option<u32> {
         6 => IPV6_HDR_BYTES,
         _ => return None,
     };
-    let masked_len = ip_len + UDP_HDR_BYTES + crate::opcode::BTH_BYTES;
+    let masked_len = ip_len + UDP_HDR_BYTES + super::opcode::BTH_BYTES;
     let head = packet.get(..masked_len)?;
-    let mut masked = [0u8; IPV6_HDR_BYTES + UDP_HDR_BYTES + crate::opcode::BTH_BYTES];
+    let mut masked = [0u8; IPV6_HDR_BYTES + UDP_HDR_BYTES + super::opcode::BTH_BYTES];
     let m = &mut masked[..masked_len];
     m.copy_from_slice(head);
     if ip_len == IPV4_HDR_BYTES {
