@@ -6,5 +6,9 @@
 #![cfg_attr(not(MODULE), no_std)]
 
 pub mod device;
+pub mod ring;
+pub mod wqe;
 
 pub use device::*;
+pub use ring::*;
+pub use wqe::*;

@@ -295,6 +295,39 @@ mod tests {
         assert_eq!(size_of::<ibv_sge>(), 16);
     }
 
+    /// Polling copies our CQE straight into the user's `ibv_wc`: every field must coincide.
+    #[test]
+    fn uapi_cqe_is_an_ibv_wc() {
+        use rxe_rs_uapi::Cqe;
+        assert_eq!(size_of::<Cqe>(), size_of::<ibv_wc>());
+        assert_eq!(offset_of!(Cqe, wr_id), offset_of!(ibv_wc, wr_id));
+        assert_eq!(offset_of!(Cqe, status), offset_of!(ibv_wc, status));
+        assert_eq!(offset_of!(Cqe, opcode), offset_of!(ibv_wc, opcode));
+        assert_eq!(offset_of!(Cqe, vendor_err), offset_of!(ibv_wc, vendor_err));
+        assert_eq!(offset_of!(Cqe, byte_len), offset_of!(ibv_wc, byte_len));
+        assert_eq!(offset_of!(Cqe, imm_data), offset_of!(ibv_wc, __bindgen_anon_1));
+        assert_eq!(offset_of!(Cqe, qp_num), offset_of!(ibv_wc, qp_num));
+        assert_eq!(offset_of!(Cqe, src_qp), offset_of!(ibv_wc, src_qp));
+        assert_eq!(offset_of!(Cqe, wc_flags), offset_of!(ibv_wc, wc_flags));
+        assert_eq!(offset_of!(Cqe, pkey_index), offset_of!(ibv_wc, pkey_index));
+        assert_eq!(offset_of!(Cqe, slid), offset_of!(ibv_wc, slid));
+        assert_eq!(offset_of!(Cqe, sl), offset_of!(ibv_wc, sl));
+        assert_eq!(offset_of!(Cqe, dlid_path_bits), offset_of!(ibv_wc, dlid_path_bits));
+        // And it is the kernel's uverbs completion too.
+        assert_eq!(size_of::<Cqe>(), size_of::<ib_uverbs_wc>());
+        assert_eq!(offset_of!(Cqe, port_num), offset_of!(ib_uverbs_wc, port_num));
+    }
+
+    /// Our SGE is `struct ibv_sge`, so SGE lists can be copied as they are.
+    #[test]
+    fn uapi_sge_is_an_ibv_sge() {
+        use rxe_rs_uapi::Sge;
+        assert_eq!(size_of::<Sge>(), size_of::<ibv_sge>());
+        assert_eq!(offset_of!(Sge, addr), offset_of!(ibv_sge, addr));
+        assert_eq!(offset_of!(Sge, length), offset_of!(ibv_sge, length));
+        assert_eq!(offset_of!(Sge, lkey), offset_of!(ibv_sge, lkey));
+    }
+
     #[test]
     fn command_wrappers_have_the_kernel_sizes() {
         assert_eq!(size_of::<ibv_get_context>(), 16);

@@ -1,0 +1,155 @@
+//! What travels through the rings: send and receive work requests, and completions.
+//!
+//! All fields are plain integers, so any bytes form a valid value: the kernel copies a slot out
+//! of user memory and then validates the copy, never the shared original.
+
+/// A scatter/gather element: `length` bytes at `addr` in the MR of `lkey`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sge {
+    /// Virtual address (the MR's iova space).
+    pub addr: u64,
+    /// Bytes.
+    pub length: u32,
+    /// Local key of the MR.
+    pub lkey: u32,
+}
+
+/// Send opcodes: the values of `enum ibv_wr_opcode` (and the kernel's `ib_uverbs_wr_opcode`).
+#[allow(missing_docs)]
+pub mod send_opcode {
+    pub const RDMA_WRITE: u32 = 0;
+    pub const RDMA_WRITE_WITH_IMM: u32 = 1;
+    pub const SEND: u32 = 2;
+    pub const SEND_WITH_IMM: u32 = 3;
+    pub const RDMA_READ: u32 = 4;
+    pub const ATOMIC_CMP_AND_SWP: u32 = 5;
+    pub const ATOMIC_FETCH_AND_ADD: u32 = 6;
+    pub const LOCAL_INV: u32 = 7;
+    pub const BIND_MW: u32 = 8;
+    pub const SEND_WITH_INV: u32 = 9;
+}
+
+/// Send flags: the values of `enum ibv_send_flags`.
+#[allow(missing_docs)]
+pub mod send_flags {
+    pub const FENCE: u32 = 1 << 0;
+    pub const SIGNALED: u32 = 1 << 1;
+    pub const SOLICITED: u32 = 1 << 2;
+    pub const INLINE: u32 = 1 << 3;
+}
+
+/// The fixed part of a send WQE; `num_sge` [`Sge`]s or `inline_len` bytes of data follow it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SendWqe {
+    /// The user's `wr_id`, returned in the completion.
+    pub wr_id: u64,
+    /// One of [`send_opcode`].
+    pub opcode: u32,
+    /// [`send_flags`].
+    pub flags: u32,
+    /// SGEs following the header (0 when inline).
+    pub num_sge: u32,
+    /// Inline bytes following the header (only with [`send_flags::INLINE`]).
+    pub inline_len: u32,
+    /// Immediate data, in network byte order as `ibv_send_wr.imm_data`.
+    pub imm_data: u32,
+    /// R_Key to invalidate (SEND_WITH_INV).
+    pub invalidate_rkey: u32,
+    /// Remote address (RDMA and atomics).
+    pub remote_addr: u64,
+    /// Remote key (RDMA and atomics).
+    pub rkey: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// Compare (CMP_AND_SWP) or add (FETCH_AND_ADD) operand.
+    pub compare_add: u64,
+    /// Swap operand (CMP_AND_SWP).
+    pub swap: u64,
+}
+
+/// The fixed part of a receive WQE; `num_sge` [`Sge`]s follow it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecvWqe {
+    /// The user's `wr_id`.
+    pub wr_id: u64,
+    /// SGEs following the header.
+    pub num_sge: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+/// A completion, laid out exactly as `struct ib_uverbs_wc` and libibverbs' `struct ibv_wc`
+/// (48 bytes), so that polling copies it as is.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cqe {
+    /// The completed WQE's `wr_id`.
+    pub wr_id: u64,
+    /// `enum ibv_wc_status`.
+    pub status: u32,
+    /// `enum ibv_wc_opcode`.
+    pub opcode: u32,
+    /// Provider-specific error detail.
+    pub vendor_err: u32,
+    /// Bytes received (receive completions) or transferred.
+    pub byte_len: u32,
+    /// Immediate data (network order) or the invalidated R_Key.
+    pub imm_data: u32,
+    /// Local QP number.
+    pub qp_num: u32,
+    /// Remote QP number (UD).
+    pub src_qp: u32,
+    /// `enum ibv_wc_flags`.
+    pub wc_flags: u32,
+    /// P_Key index.
+    pub pkey_index: u16,
+    /// Source LID (0 on RoCE).
+    pub slid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// DLID path bits.
+    pub dlid_path_bits: u8,
+    /// Port number (ib_uverbs_wc) / padding (ibv_wc).
+    pub port_num: u8,
+    /// Zero.
+    pub reserved: u8,
+}
+
+/// Bytes of a send slot holding `max_sge` SGEs or `max_inline` inline bytes.
+pub const fn send_wqe_bytes(max_sge: u32, max_inline: u32) -> usize {
+    let sges = max_sge as usize * core::mem::size_of::<Sge>();
+    let data = if sges > max_inline as usize { sges } else { max_inline as usize };
+    core::mem::size_of::<SendWqe>() + data
+}
+
+/// Bytes of a receive slot holding `max_sge` SGEs.
+pub const fn recv_wqe_bytes(max_sge: u32) -> usize {
+    core::mem::size_of::<RecvWqe>() + max_sge as usize * core::mem::size_of::<Sge>()
+}
+
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(size_of::<Sge>() == 16);
+    assert!(size_of::<SendWqe>() == 64);
+    assert!(offset_of!(SendWqe, remote_addr) == 32);
+    assert!(size_of::<RecvWqe>() == 16);
+    assert!(size_of::<Cqe>() == 48);
+    assert!(offset_of!(Cqe, imm_data) == 24);
+    assert!(offset_of!(Cqe, wc_flags) == 36);
+    assert!(offset_of!(Cqe, pkey_index) == 40);
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_sizes() {
+        assert_eq!(send_wqe_bytes(4, 0), 64 + 64);
+        assert_eq!(send_wqe_bytes(1, 256), 64 + 256);
+        assert_eq!(recv_wqe_bytes(2), 48);
+    }
+}
