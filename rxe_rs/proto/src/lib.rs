@@ -10,3 +10,4 @@ pub mod icrc;
 pub mod mtu;
 pub mod opcode;
 pub mod psn;
+pub mod segment;
