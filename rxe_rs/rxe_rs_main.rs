@@ -17,11 +17,11 @@ mod netdev_events;
 mod recv;
 
 #[path = "proto/src/lib.rs"]
-#[allow(dead_code, unreachable_pub)]
+#[allow(dead_code, unreachable_pub, unused_imports)] // shared with the host and the provider
 mod proto;
 
 #[path = "../uapi/src/lib.rs"]
-#[allow(dead_code, unreachable_pub)]
+#[allow(dead_code, unreachable_pub, unused_imports)] // shared with the host and the provider
 mod uapi;
 
 use kernel::prelude::*;

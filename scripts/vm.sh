@@ -58,7 +58,7 @@ accel_flag() {
 	local probe=$RXE_RS_CACHE/accel-$(basename "$kdir")
 	if [[ ! -e $probe ]]; then
 		local accel=tcg
-		if [[ -w /dev/kvm ]] && timeout 120 "${vng_base[@]}" --exec true >/dev/null 2>&1; then
+		if [[ -w /dev/kvm ]] && timeout 60 "${vng_base[@]}" --exec true >/dev/null 2>&1; then
 			accel=kvm
 		fi
 		echo "$accel" >"$probe"

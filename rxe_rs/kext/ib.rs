@@ -281,6 +281,7 @@ impl<T: Driver> Adapter<T> {
             query_device: Some(Self::query_device),
             query_port: Some(Self::query_port),
             get_port_immutable: Some(Self::get_port_immutable),
+            get_link_layer: Some(Self::get_link_layer),
             query_pkey: Some(Self::query_pkey),
             alloc_ucontext: Some(Self::alloc_ucontext),
             dealloc_ucontext: Some(Self::dealloc_ucontext),
@@ -336,6 +337,12 @@ impl<T: Driver> Adapter<T> {
             T::port_immutable(dev, port, immutable)?;
             Ok(0)
         })
+    }
+
+    /// Devices made by [`NewDevice`] are RoCE devices: Ethernet ports. (Without this op the
+    /// core derives InfiniBand from the CA node type.)
+    unsafe extern "C" fn get_link_layer(_ib: *mut bindings::ib_device, _port: u32) -> bindings::rdma_link_layer {
+        bindings::rdma_link_layer_IB_LINK_LAYER_ETHERNET
     }
 
     unsafe extern "C" fn query_pkey(

@@ -51,3 +51,14 @@ reset_modules() {
 	ip link del veth0 2>/dev/null || true
 	ip link del veth2 2>/dev/null || true
 }
+
+# One KTAP result: "description" COMMAND... (ktap_test_result splits arguments; this does not).
+check() {
+	local description=$1
+	shift
+	if "$@"; then
+		ktap_test_pass "$description"
+	else
+		ktap_test_fail "$description"
+	fi
+}
