@@ -2,12 +2,15 @@
 //! The rxe_rs `ib_device`: attributes, and a port whose state follows the netdev.
 
 use crate::{
+    cq::RxeCq,
     kext::{
         bindings,
-        ib::{self, Device, DeviceAttr, PortAttr, PortImmutable},
+        ib::{self, Cq, CqInitAttr, Device, DeviceAttr, Pd, PortAttr, PortImmutable},
         netdev::NetDevice,
+        object::Udata,
     },
     limits,
+    pd::RxePd,
     proto::{addr::eui64_from_mac, mtu::IbMtu},
     uapi,
 };
@@ -25,6 +28,31 @@ pub(crate) struct RxeDevice {
     port_active: AtomicBool,
     /// Active `enum ib_mtu`, following the netdev MTU.
     active_mtu: AtomicU32,
+    /// Live protection domains (limit: [`limits::MAX_PD`]).
+    pds: ObjectCount,
+    /// Live completion queues (limit: [`limits::MAX_CQ`]).
+    cqs: ObjectCount,
+}
+
+/// Counts live objects of one kind against the limit the device advertises.
+struct ObjectCount(AtomicU32);
+
+impl ObjectCount {
+    const fn new() -> Self {
+        Self(AtomicU32::new(0))
+    }
+
+    /// Takes one, or fails with ENOMEM at `max` (as rdma_rxe's pools do).
+    fn acquire(&self, max: u32) -> Result {
+        self.0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < max).then_some(n + 1))
+            .map(|_| ())
+            .map_err(|_| ENOMEM)
+    }
+
+    fn release(&self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl RxeDevice {
@@ -34,6 +62,8 @@ impl RxeDevice {
             guid: eui64_from_mac(ndev.mac()),
             port_active: AtomicBool::new(false),
             active_mtu: AtomicU32::new(IbMtu::for_netdev_mtu(ndev.mtu()) as u32),
+            pds: ObjectCount::new(),
+            cqs: ObjectCount::new(),
         }
     }
 
@@ -75,6 +105,9 @@ impl ib::Driver for RxeDevice {
         attr.max_pkeys = limits::PKEY_TABLE_LEN;
         attr.local_ca_ack_delay = limits::LOCAL_CA_ACK_DELAY;
         attr.atomic_cap = bindings::ib_atomic_cap_IB_ATOMIC_NONE;
+        attr.max_pd = limits::MAX_PD as i32;
+        attr.max_cq = limits::MAX_CQ as i32;
+        attr.max_cqe = limits::MAX_CQE as i32;
         Ok(())
     }
 
@@ -126,5 +159,38 @@ impl ib::Driver for RxeDevice {
             return Err(EINVAL);
         }
         Ok(limits::DEFAULT_PKEY)
+    }
+
+    type Pd = RxePd;
+
+    fn alloc_pd(dev: &Device<Self>, _udata: &Udata<'_>) -> Result<RxePd> {
+        dev.pds.acquire(limits::MAX_PD)?;
+        Ok(RxePd)
+    }
+
+    fn dealloc_pd(dev: &Device<Self>, _pd: &Pd<Self>) {
+        dev.pds.release();
+    }
+
+    type Cq = RxeCq;
+
+    fn create_cq(
+        dev: &Device<Self>,
+        attr: &CqInitAttr,
+        udata: &Udata<'_>,
+    ) -> Result<(impl PinInit<RxeCq, Error>, u32)> {
+        if attr.flags != 0 {
+            return Err(crate::kext::errno::eopnotsupp());
+        }
+        dev.cqs.acquire(limits::MAX_CQ)?;
+        RxeCq::new(attr.cqe, udata).inspect_err(|_| dev.cqs.release())
+    }
+
+    fn destroy_cq(dev: &Device<Self>, _cq: &Cq<Self>) {
+        dev.cqs.release();
+    }
+
+    fn req_notify_cq(cq: &Cq<Self>, flags: u32) -> Result<i32> {
+        Ok(cq.req_notify(flags))
     }
 }

@@ -18,3 +18,9 @@ pub(crate) const DEFAULT_PKEY: u16 = 0xffff;
 pub(crate) const LOCAL_CA_ACK_DELAY: u8 = 15;
 /// Page sizes an MR may use.
 pub(crate) const PAGE_SIZE_CAP: u64 = 0xffff_f000;
+/// Protection domains per device.
+pub(crate) const MAX_PD: u32 = 1 << 16;
+/// Completion queues per device.
+pub(crate) const MAX_CQ: u32 = 1 << 16;
+/// Completions a CQ can hold (the ring has the next power of two slots).
+pub(crate) const MAX_CQE: u32 = (1 << 15) - 1;

@@ -48,6 +48,7 @@ impl LinkDriver for RxeLink {
         };
         let mut new = NewDevice::new(data, &config)?;
         new.set_netdev(ndev)?;
+        new.enable_req_notify_cq_command();
         // The core reports a name taken meanwhile by another driver as ENFILE.
         let dev = new.register(name).map_err(|e| if e == ENFILE { EEXIST } else { e })?;
         dev.set_netdev_mtu(ndev.mtu());

@@ -9,11 +9,13 @@
 //! - the driver: [`device`] (the `ib_device`), [`link`] (`rdma link add`), [`netdev_events`]
 //!   (port state follows the netdev), [`recv`] (the UDP 4791 receive path).
 
+mod cq;
 mod device;
 mod kext;
 mod limits;
 mod link;
 mod netdev_events;
+mod pd;
 mod recv;
 
 #[path = "proto/src/lib.rs"]

@@ -15,6 +15,12 @@ static CONTEXT_OPS: verbs_context_ops = verbs_context_ops {
     free_context: Some(free_context),
     query_device_ex: Some(query_device_ex),
     query_port: Some(query_port),
+    alloc_pd: Some(crate::pd::alloc_pd),
+    dealloc_pd: Some(crate::pd::dealloc_pd),
+    create_cq: Some(crate::cq::create_cq),
+    destroy_cq: Some(crate::cq::destroy_cq),
+    poll_cq: Some(crate::cq::poll_cq),
+    req_notify_cq: Some(crate::cq::req_notify_cq),
     ..ZERO_OPS
 };
 

@@ -7,8 +7,17 @@
 //! Verbs this provider does not implement keep libibverbs' stubs, which fail with `EOPNOTSUPP`.
 
 pub mod context;
+pub mod cq;
 pub mod device;
 pub mod ffi;
+pub mod pd;
+pub mod ring;
+
+/// Sets `errno` for verbs that report errors through it (those returning pointers).
+pub(crate) fn set_errno(err: i32) {
+    // SAFETY: the calling thread's errno.
+    unsafe { *libc::__errno_location() = err.abs() };
+}
 
 use ffi::private::*;
 use rxe_rs_uapi::{RXE_RS_DRIVER_ID, RXE_RS_UVERBS_ABI_VERSION};

@@ -2,6 +2,7 @@
 /* Out-of-line wrappers for static inlines and macros: see helpers.h. */
 #include <linux/if_vlan.h>
 #include <linux/mutex.h>
+#include <linux/vmalloc.h>
 #include <net/net_namespace.h>
 #include "helpers.h"
 
@@ -88,4 +89,19 @@ void rxe_rs_helper_link_unlock(void)
 bool rxe_rs_helper_ib_device_try_get(struct ib_device *dev)
 {
 	return ib_device_try_get(dev);
+}
+
+struct ib_ucontext *rxe_rs_helper_udata_to_ucontext(struct ib_udata *udata)
+{
+	return udata ? container_of(udata, struct uverbs_attr_bundle, driver_udata)->context : NULL;
+}
+
+struct ib_udata *rxe_rs_helper_bundle_udata(struct uverbs_attr_bundle *attrs)
+{
+	return attrs ? &attrs->driver_udata : NULL;
+}
+
+void *rxe_rs_helper_vmalloc_user(unsigned long size)
+{
+	return vmalloc_user(size);
 }

@@ -10,6 +10,7 @@
 #include <linux/skbuff.h>
 #include <net/udp_tunnel.h>
 #include <rdma/ib_verbs.h>
+#include <rdma/uverbs_ioctl.h>
 
 void rxe_rs_helper_dev_hold(struct net_device *ndev);
 void rxe_rs_helper_dev_put(struct net_device *ndev);
@@ -29,5 +30,10 @@ bool rxe_rs_helper_ib_device_try_get(struct ib_device *dev);
 
 void rxe_rs_helper_link_lock(void);
 void rxe_rs_helper_link_unlock(void);
+
+void *rxe_rs_helper_vmalloc_user(unsigned long size);
+
+struct ib_ucontext *rxe_rs_helper_udata_to_ucontext(struct ib_udata *udata);
+struct ib_udata *rxe_rs_helper_bundle_udata(struct uverbs_attr_bundle *attrs);
 
 #endif

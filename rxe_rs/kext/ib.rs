@@ -7,7 +7,11 @@
 //! or by [`unregister_all`], and the driver value is dropped in `dealloc_driver`, the last
 //! callback the core makes.
 
-use super::{bindings, netdev::NetDevice};
+use super::{
+    bindings, mmap,
+    netdev::NetDevice,
+    object::{CoreObject, Udata},
+};
 use core::{marker::PhantomData, mem::ManuallyDrop, ops::Deref, ptr::NonNull};
 use kernel::{
     error::{from_result, to_result},
@@ -23,6 +27,26 @@ pub(crate) type DeviceAttr = bindings::ib_device_attr;
 pub(crate) type PortAttr = bindings::ib_port_attr;
 /// What never changes about a port (`get_port_immutable`): plain data.
 pub(crate) type PortImmutable = bindings::ib_port_immutable;
+/// CQ creation attributes: plain data.
+pub(crate) type CqInitAttr = bindings::ib_cq_init_attr;
+
+/// A protection domain of driver `T`.
+pub(crate) type Pd<T> = CoreObject<bindings::ib_pd, <T as Driver>::Pd>;
+/// A completion queue of driver `T`.
+pub(crate) type Cq<T> = CoreObject<bindings::ib_cq, <T as Driver>::Cq>;
+
+/// `ib_req_notify_cq` flags.
+pub(crate) mod cq_notify {
+    use super::bindings;
+    /// Arm for the next solicited completion only.
+    pub(crate) const SOLICITED: u32 = bindings::ib_cq_notify_flags_IB_CQ_SOLICITED;
+    /// Arm for the next completion.
+    pub(crate) const NEXT_COMP: u32 = bindings::ib_cq_notify_flags_IB_CQ_NEXT_COMP;
+    /// Mask of the two above.
+    pub(crate) const SOLICITED_MASK: u32 = bindings::ib_cq_notify_flags_IB_CQ_SOLICITED_MASK;
+    /// Report (return 1) if completions are already pending.
+    pub(crate) const REPORT_MISSED_EVENTS: u32 = bindings::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS;
+}
 
 /// The driver side of an `ib_device`.
 #[vtable]
@@ -43,6 +67,59 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
 
     /// The P_Key at `index` of `port`'s table.
     fn query_pkey(dev: &Device<Self>, port: u32, index: u16) -> Result<u16>;
+
+    /// What a protection domain holds.
+    type Pd: Send + Sync;
+    /// Allocates a protection domain.
+    fn alloc_pd(dev: &Device<Self>, udata: &Udata<'_>) -> Result<Self::Pd>;
+    /// Releases a protection domain (dropped right after).
+    fn dealloc_pd(dev: &Device<Self>, pd: &Pd<Self>);
+
+    /// What a completion queue holds.
+    type Cq: Send + Sync;
+    /// Creates a completion queue; `udata` carries the driver response for user CQs. Returns
+    /// the initialiser and the number of completions the CQ really holds (at least `attr.cqe`).
+    fn create_cq(
+        dev: &Device<Self>,
+        attr: &CqInitAttr,
+        udata: &Udata<'_>,
+    ) -> Result<(impl PinInit<Self::Cq, Error>, u32)>;
+    /// Destroys a completion queue (dropped right after).
+    fn destroy_cq(dev: &Device<Self>, cq: &Cq<Self>);
+    /// Arms the CQ for a completion event (`flags`: [`cq_notify`]); returns 1 if
+    /// `REPORT_MISSED_EVENTS` was asked and completions are already waiting.
+    fn req_notify_cq(cq: &Cq<Self>, flags: u32) -> Result<i32>;
+}
+
+impl<T> CoreObject<bindings::ib_cq, T> {
+    /// Tells the CQ's consumer that a completion arrived (the comp channel wakes up).
+    pub(crate) fn call_comp_handler(&self) {
+        let cq = self.raw();
+        // SAFETY: a live CQ; the core sets `comp_handler` (possibly NULL for kernel CQs
+        // without one) and `cq_context` before the CQ is used.
+        unsafe {
+            if let Some(handler) = (*cq).comp_handler {
+                handler(cq, (*cq).cq_context);
+            }
+        }
+    }
+
+    /// Reports an asynchronous CQ error (overflow) to the CQ's owner.
+    pub(crate) fn raise_cq_error(&self) {
+        let cq = self.raw();
+        // SAFETY: a live CQ with a valid device; `event_handler` may be NULL.
+        unsafe {
+            if let Some(handler) = (*cq).event_handler {
+                let mut event = bindings::ib_event {
+                    device: (*cq).device,
+                    event: bindings::ib_event_type_IB_EVENT_CQ_ERR,
+                    ..Default::default()
+                };
+                event.element.cq = cq;
+                handler(&mut event, (*cq).cq_context);
+            }
+        }
+    }
 }
 
 /// An `ib_device` with the driver's value `T` behind it.
@@ -241,6 +318,16 @@ impl<T: Driver> NewDevice<T> {
         to_result(unsafe { bindings::ib_device_set_netdev(self.raw(), ndev.as_raw(), 1) })
     }
 
+    /// Lets user space arm CQs (`ibv_req_notify_cq` is a legacy write command, which the core
+    /// leaves off by default).
+    pub(crate) fn enable_req_notify_cq_command(&mut self) {
+        // SAFETY: unregistered device we own.
+        unsafe {
+            (*self.raw()).uverbs_cmd_mask |=
+                1u64 << bindings::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_REQ_NOTIFY_CQ;
+        }
+    }
+
     /// Registers the device as `name`. From here on the RDMA core owns it; the returned
     /// reference keeps it alive while the caller finishes setting it up.
     pub(crate) fn register(self, name: &CStr) -> Result<DeviceRef<T>> {
@@ -285,7 +372,15 @@ impl<T: Driver> Adapter<T> {
             query_pkey: Some(Self::query_pkey),
             alloc_ucontext: Some(Self::alloc_ucontext),
             dealloc_ucontext: Some(Self::dealloc_ucontext),
-            mmap: Some(Self::mmap),
+            mmap: Some(mmap::mmap),
+            mmap_free: Some(mmap::mmap_free),
+            alloc_pd: Some(Self::alloc_pd),
+            dealloc_pd: Some(Self::dealloc_pd),
+            create_cq: Some(Self::create_cq),
+            destroy_cq: Some(Self::destroy_cq),
+            req_notify_cq: Some(Self::req_notify_cq),
+            size_ib_pd: core::mem::size_of::<Pd<T>>(),
+            size_ib_cq: core::mem::size_of::<Cq<T>>(),
             dealloc_driver: Some(Self::dealloc_driver),
             size_ib_ucontext: core::mem::size_of::<bindings::ib_ucontext>(),
             ..Default::default()
@@ -371,13 +466,75 @@ impl<T: Driver> Adapter<T> {
 
     unsafe extern "C" fn dealloc_ucontext(_uctx: *mut bindings::ib_ucontext) {}
 
-    unsafe extern "C" fn mmap(
-        _uctx: *mut bindings::ib_ucontext,
-        _vma: *mut bindings::vm_area_struct,
+    /// The device of a core object's `device` field.
+    ///
+    /// # Safety
+    ///
+    /// `ib` is a live device of ours.
+    unsafe fn dev<'a>(ib: *mut bindings::ib_device) -> &'a Device<T> {
+        // SAFETY: per the caller.
+        unsafe { Device::<T>::from_raw(ib) }
+    }
+
+    unsafe extern "C" fn alloc_pd(pd: *mut bindings::ib_pd, udata: *mut bindings::ib_udata) -> kernel::ffi::c_int {
+        from_result(|| {
+            // SAFETY: the core hands a fresh PD allocation of `size_ib_pd` on one of our
+            // devices, and the verb's udata.
+            unsafe {
+                let dev = Self::dev((*pd).device);
+                let data = T::alloc_pd(dev, &Udata::from_raw(udata))?;
+                CoreObject::init(pd, kernel::init::init_from_closure(move |slot: *mut T::Pd| {
+                    slot.write(data);
+                    Ok(())
+                }))?;
+            }
+            Ok(0)
+        })
+    }
+
+    unsafe extern "C" fn dealloc_pd(pd: *mut bindings::ib_pd, _udata: *mut bindings::ib_udata) -> kernel::ffi::c_int {
+        // SAFETY: the core destroys a PD we initialised; nothing uses it afterwards.
+        unsafe {
+            T::dealloc_pd(Self::dev((*pd).device), Pd::<T>::from_raw(pd));
+            Pd::<T>::drop_in_place(pd);
+        }
+        0
+    }
+
+    unsafe extern "C" fn create_cq(
+        cq: *mut bindings::ib_cq,
+        attr: *const bindings::ib_cq_init_attr,
+        attrs: *mut bindings::uverbs_attr_bundle,
     ) -> kernel::ffi::c_int {
-        // The core calls this op unconditionally on mmap(2) of the uverbs fd: it must exist.
-        // Nothing is mappable yet.
-        EINVAL.to_errno()
+        from_result(|| {
+            // SAFETY: a fresh CQ allocation of `size_ib_cq` on one of our devices; `attr` is
+            // valid; `attrs` is NULL for kernel CQs or the verb's attribute bundle.
+            unsafe {
+                let dev = Self::dev((*cq).device);
+                let udata = Udata::from_raw(bindings::rxe_rs_helper_bundle_udata(attrs));
+                let (init, capacity) = T::create_cq(dev, &*attr, &udata)?;
+                CoreObject::init(cq, init)?;
+                (*cq).cqe = capacity as i32;
+            }
+            Ok(0)
+        })
+    }
+
+    unsafe extern "C" fn destroy_cq(cq: *mut bindings::ib_cq, _udata: *mut bindings::ib_udata) -> kernel::ffi::c_int {
+        // SAFETY: the core destroys a CQ we initialised; no QP uses it any more (usecnt).
+        unsafe {
+            T::destroy_cq(Self::dev((*cq).device), Cq::<T>::from_raw(cq));
+            Cq::<T>::drop_in_place(cq);
+        }
+        0
+    }
+
+    unsafe extern "C" fn req_notify_cq(cq: *mut bindings::ib_cq, flags: bindings::ib_cq_notify_flags) -> kernel::ffi::c_int {
+        // SAFETY: a live CQ of ours.
+        match T::req_notify_cq(unsafe { Cq::<T>::from_raw(cq) }, flags) {
+            Ok(n) => n,
+            Err(e) => e.to_errno(),
+        }
     }
 
     unsafe extern "C" fn dealloc_driver(ib: *mut bindings::ib_device) {

@@ -11,8 +11,11 @@ pub(crate) mod bindings;
 pub(crate) mod errno;
 pub(crate) mod ib;
 pub(crate) mod link;
+pub(crate) mod mmap;
 pub(crate) mod netdev;
+pub(crate) mod object;
 pub(crate) mod skb;
+pub(crate) mod uapi_bytes;
 pub(crate) mod udp_tunnel;
 
 use kernel::{init::PinInit, prelude::*, types::Opaque};

@@ -5,10 +5,12 @@
 //! the user/kernel boundary is `#[repr(C)]` and its size is pinned by a compile-time assert.
 #![cfg_attr(not(MODULE), no_std)]
 
+pub mod cmd;
 pub mod device;
 pub mod ring;
 pub mod wqe;
 
+pub use cmd::*;
 pub use device::*;
 pub use ring::*;
 pub use wqe::*;

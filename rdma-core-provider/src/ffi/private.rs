@@ -73,7 +73,7 @@ pub struct verbs_context_ops {
     pub alloc_mw: UnusedOp,
     pub alloc_null_mr: UnusedOp,
     pub alloc_parent_domain: UnusedOp,
-    pub alloc_pd: UnusedOp,
+    pub alloc_pd: Option<unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_pd>,
     pub alloc_td: UnusedOp,
     pub async_event: UnusedOp,
     pub attach_counters_point_flow: UnusedOp,
@@ -83,7 +83,7 @@ pub struct verbs_context_ops {
     pub cq_event: UnusedOp,
     pub create_ah: UnusedOp,
     pub create_counters: UnusedOp,
-    pub create_cq: UnusedOp,
+    pub create_cq: Option<unsafe extern "C" fn(*mut ibv_context, c_int, *mut ibv_comp_channel, c_int) -> *mut ibv_cq>,
     pub create_cq_ex: UnusedOp,
     pub create_flow: UnusedOp,
     pub create_flow_action_esp: UnusedOp,
@@ -94,12 +94,12 @@ pub struct verbs_context_ops {
     pub create_srq_ex: UnusedOp,
     pub create_wq: UnusedOp,
     pub dealloc_mw: UnusedOp,
-    pub dealloc_pd: UnusedOp,
+    pub dealloc_pd: Option<unsafe extern "C" fn(*mut ibv_pd) -> c_int>,
     pub dealloc_td: UnusedOp,
     pub dereg_mr: UnusedOp,
     pub destroy_ah: UnusedOp,
     pub destroy_counters: UnusedOp,
-    pub destroy_cq: UnusedOp,
+    pub destroy_cq: Option<unsafe extern "C" fn(*mut ibv_cq) -> c_int>,
     pub destroy_flow: UnusedOp,
     pub destroy_flow_action: UnusedOp,
     pub destroy_qp: UnusedOp,
@@ -121,7 +121,7 @@ pub struct verbs_context_ops {
     pub modify_wq: UnusedOp,
     pub open_qp: UnusedOp,
     pub open_xrcd: UnusedOp,
-    pub poll_cq: UnusedOp,
+    pub poll_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int>,
     pub post_recv: UnusedOp,
     pub post_send: UnusedOp,
     pub post_srq_ops: UnusedOp,
@@ -144,7 +144,7 @@ pub struct verbs_context_ops {
     pub reg_dm_mr: UnusedOp,
     pub reg_dmabuf_mr: UnusedOp,
     pub reg_mr: UnusedOp,
-    pub req_notify_cq: UnusedOp,
+    pub req_notify_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int>,
     pub rereg_mr: UnusedOp,
     pub resize_cq: UnusedOp,
     pub set_ece: UnusedOp,
@@ -159,6 +159,22 @@ pub struct verbs_context_ops {
 pub struct ibv_get_context {
     pub hdr: ib_uverbs_cmd_hdr,
     pub core: ib_uverbs_get_context,
+}
+
+/// `struct ibv_alloc_pd` (kern-abi.h).
+#[repr(C)]
+#[derive(Default)]
+pub struct ibv_alloc_pd {
+    pub hdr: ib_uverbs_cmd_hdr,
+    pub core: ib_uverbs_alloc_pd,
+}
+
+/// `struct ibv_create_cq` (kern-abi.h).
+#[repr(C)]
+#[derive(Default)]
+pub struct ibv_create_cq {
+    pub hdr: ib_uverbs_cmd_hdr,
+    pub core: ib_uverbs_create_cq,
 }
 
 /// `struct ibv_query_port` (kern-abi.h).
@@ -196,6 +212,28 @@ extern "C" {
         resp: *mut ib_uverbs_ex_query_device_resp,
         resp_size: *mut usize,
     ) -> c_int;
+    pub fn ibv_cmd_alloc_pd(
+        context: *mut ibv_context,
+        pd: *mut ibv_pd,
+        cmd: *mut ibv_alloc_pd,
+        cmd_size: usize,
+        resp: *mut ib_uverbs_alloc_pd_resp,
+        resp_size: usize,
+    ) -> c_int;
+    pub fn ibv_cmd_dealloc_pd(pd: *mut ibv_pd) -> c_int;
+    pub fn ibv_cmd_create_cq(
+        context: *mut ibv_context,
+        cqe: c_int,
+        channel: *mut ibv_comp_channel,
+        comp_vector: c_int,
+        cq: *mut ibv_cq,
+        cmd: *mut ibv_create_cq,
+        cmd_size: usize,
+        resp: *mut ib_uverbs_create_cq_resp,
+        resp_size: usize,
+    ) -> c_int;
+    pub fn ibv_cmd_destroy_cq(cq: *mut ibv_cq) -> c_int;
+    pub fn ibv_cmd_req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int;
     pub fn ibv_cmd_query_port(
         context: *mut ibv_context,
         port_num: u8,
@@ -225,6 +263,8 @@ const _: () = {
     assert!(offset_of!(verbs_context_ops, unimport_pd) == 600);
     assert!(size_of::<ibv_get_context>() == 16);
     assert!(size_of::<ibv_query_port>() == 24);
+    assert!(size_of::<ibv_alloc_pd>() == 16);
+    assert!(size_of::<ibv_create_cq>() == 40);
 };
 
 #[cfg(test)]

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Completion queues: a ring the kernel produces into and the process polls without a syscall.
+
+use crate::{
+    device::RxeDevice,
+    kext::{
+        errno::eopnotsupp,
+        ib::{cq_notify, Cq},
+        mmap::{RingIndex, SharedRing},
+        object::Udata,
+    },
+    limits,
+    uapi::{CreateCqResp, Cqe, MmapInfo, RingGeometry},
+};
+use kernel::{new_spinlock, prelude::*, sync::SpinLock};
+
+/// Producer-side state, owned by the kernel.
+struct Producer {
+    /// Next slot to fill (free-running; the shared copy is only ever written from this).
+    index: u32,
+    /// Armed by `req_notify_cq`: 0, or `NEXT_COMP` / `SOLICITED`.
+    armed: u32,
+}
+
+/// A completion queue.
+#[pin_data]
+pub(crate) struct RxeCq {
+    ring: SharedRing,
+    #[pin]
+    producer: SpinLock<Producer>,
+}
+
+impl RxeCq {
+    /// A CQ for at least `cqe` completions, described to user space through `udata`.
+    /// Returns its initialiser and its real capacity.
+    pub(crate) fn new(cqe: u32, udata: &Udata<'_>) -> Result<(impl PinInit<Self, Error>, u32)> {
+        if cqe == 0 || cqe > limits::MAX_CQE {
+            return Err(EINVAL);
+        }
+        // Kernel consumers (kernel verbs) are not supported yet.
+        let ctx = udata.ucontext().ok_or_else(eopnotsupp)?;
+        let geometry = RingGeometry::for_entries(cqe, core::mem::size_of::<Cqe>());
+        let ring = SharedRing::new(&ctx, geometry)?;
+        udata.write(&CreateCqResp {
+            ring: MmapInfo { offset: ring.buffer().mmap_offset(), size: ring.buffer().len() as u64 },
+            log2_slots: geometry.log2_slots,
+            slot_size: geometry.slot_size,
+        })?;
+        let init = try_pin_init!(Self {
+            ring,
+            producer <- new_spinlock!(Producer { index: 0, armed: 0 }, "rxe_rs_cq"),
+        });
+        Ok((init, geometry.slots()))
+    }
+
+    /// Posts a completion and wakes the consumer if it asked to be. A full ring (or one whose
+    /// consumer index the process corrupted) raises `IB_EVENT_CQ_ERR` and fails with EBUSY.
+    #[expect(dead_code, reason = "the datapath (requester/responder) uses it")]
+    pub(crate) fn post(cq: &Cq<RxeDevice>, cqe: &Cqe, solicited: bool) -> Result {
+        let wake = {
+            let mut p = cq.producer.lock();
+            let geometry = cq.ring.geometry();
+            let consumer = cq.ring.load(RingIndex::Consumer);
+            match geometry.occupancy(p.index, consumer) {
+                Some(n) if n < geometry.slots() => {}
+                _ => {
+                    drop(p);
+                    cq.raise_cq_error();
+                    return Err(EBUSY);
+                }
+            }
+            cq.ring.write(p.index, cqe)?;
+            p.index = p.index.wrapping_add(1);
+            cq.ring.store(RingIndex::Producer, p.index);
+            let wake = p.armed == cq_notify::NEXT_COMP || (p.armed == cq_notify::SOLICITED && solicited);
+            if wake {
+                p.armed = 0;
+            }
+            wake
+        };
+        if wake {
+            cq.call_comp_handler();
+        }
+        Ok(())
+    }
+
+    /// Arms the CQ; with `REPORT_MISSED_EVENTS`, returns 1 if completions are already waiting.
+    pub(crate) fn req_notify(&self, flags: u32) -> i32 {
+        let mut p = self.producer.lock();
+        let kind = flags & cq_notify::SOLICITED_MASK;
+        // NEXT_COMP wins over SOLICITED if both are asked for before an event.
+        if p.armed != cq_notify::NEXT_COMP {
+            p.armed = kind;
+        }
+        let pending = self.ring.load(RingIndex::Consumer) != p.index;
+        i32::from(flags & cq_notify::REPORT_MISSED_EVENTS != 0 && pending)
+    }
+}

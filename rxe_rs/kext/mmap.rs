@@ -1,0 +1,222 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Kernel memory mapped into one process (the rings): vmalloc'ed, registered as an
+//! `rdma_user_mmap_entry` so that `mmap(2)` on the uverbs fd at [`UserBuffer::mmap_offset`] maps
+//! it, and a ring view over it.
+//!
+//! Lifetime: the entry holds the buffer. Dropping the [`UserBuffer`] removes the entry; the
+//! core frees it (our `mmap_free`) once no mmap(2) call is using it. Pages already mapped by a
+//! process hold their own references (`remap_vmalloc_range`), so a process that keeps a mapping
+//! after destroying the object only ever sees memory nobody else uses.
+
+use super::{bindings, object::UContext};
+use crate::uapi::{RingGeometry, RING_CONSUMER_OFFSET, RING_PRODUCER_OFFSET};
+use core::{
+    ptr::NonNull,
+    sync::atomic::{AtomicU32, Ordering},
+};
+use kernel::{
+    prelude::*,
+    types::{AsBytes, FromBytes},
+};
+
+/// What the core's `rdma_user_mmap_entry` points back to.
+#[repr(C)]
+struct MmapEntry {
+    rdma: bindings::rdma_user_mmap_entry,
+    buf: *mut kernel::ffi::c_void,
+}
+
+/// A zeroed, page-aligned buffer that user space can map once it knows the offset.
+///
+/// # Invariants
+///
+/// `entry` is inserted in its ucontext and owns the `len`-byte vmalloc buffer at `base`, which
+/// stays valid while this value exists.
+pub(crate) struct UserBuffer {
+    entry: NonNull<MmapEntry>,
+    base: NonNull<u8>,
+    len: usize,
+}
+
+impl UserBuffer {
+    /// Allocates `len` bytes (a multiple of the page size) mappable by `ctx`'s process.
+    pub(crate) fn new(ctx: &UContext<'_>, len: usize) -> Result<Self> {
+        if len == 0 || len % kernel::page::PAGE_SIZE != 0 {
+            return Err(EINVAL);
+        }
+        // SAFETY: plain allocation; vmalloc_user memory is zeroed and may be mapped to user space.
+        let buf = unsafe { bindings::rxe_rs_helper_vmalloc_user(len as _) };
+        let base = NonNull::new(buf.cast::<u8>()).ok_or(ENOMEM)?;
+        let entry = match KBox::new(MmapEntry { rdma: Default::default(), buf }, GFP_KERNEL) {
+            Ok(e) => KBox::into_raw(e),
+            Err(e) => {
+                // SAFETY: allocated above, never shared.
+                unsafe { bindings::vfree(buf) };
+                return Err(e.into());
+            }
+        };
+        // SAFETY: `entry` is a valid, unshared allocation; `ctx` is the caller's live context.
+        let ret = unsafe { bindings::rdma_user_mmap_entry_insert(ctx.raw, &raw mut (*entry).rdma, len) };
+        if ret != 0 {
+            // SAFETY: not inserted: both allocations are still ours alone.
+            unsafe {
+                drop(KBox::from_raw(entry));
+                bindings::vfree(buf);
+            }
+            return Err(Error::from_errno(ret));
+        }
+        // INVARIANT: inserted, and it owns `buf`.
+        Ok(Self { entry: NonNull::new(entry).unwrap(), base, len })
+    }
+
+    /// The offset to pass to `mmap(2)`.
+    pub(crate) fn mmap_offset(&self) -> u64 {
+        // SAFETY: the entry is alive (type invariant); `start_pgoff` is set by the insert.
+        let pgoff = unsafe { (*self.entry.as_ptr()).rdma.start_pgoff };
+        (pgoff as u64) << kernel::page::PAGE_SHIFT
+    }
+
+    /// The size to map.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for UserBuffer {
+    fn drop(&mut self) {
+        // SAFETY: inserted (type invariant); after this the core may free it at any time and we
+        // do not touch it again.
+        unsafe { bindings::rdma_user_mmap_entry_remove(&raw mut (*self.entry.as_ptr()).rdma) };
+    }
+}
+
+// SAFETY: the buffer is plain memory; shared access goes through `SharedRing`.
+unsafe impl Send for UserBuffer {}
+// SAFETY: as above.
+unsafe impl Sync for UserBuffer {}
+
+/// `ib_device_ops.mmap`: maps the entry at the VMA's offset.
+///
+/// # Safety
+///
+/// Called by the core with the caller's live context and VMA.
+pub(super) unsafe extern "C" fn mmap(
+    uctx: *mut bindings::ib_ucontext,
+    vma: *mut bindings::vm_area_struct,
+) -> kernel::ffi::c_int {
+    // SAFETY: per the caller; returns a referenced entry whose size matches the VMA, or NULL.
+    let entry = unsafe { bindings::rdma_user_mmap_entry_get(uctx, vma) };
+    if entry.is_null() {
+        return EINVAL.to_errno();
+    }
+    // SAFETY: all our entries are `MmapEntry`s (first field), and the reference keeps it alive.
+    let ret = unsafe { bindings::remap_vmalloc_range(vma, (*entry.cast::<MmapEntry>()).buf, 0) };
+    // SAFETY: drops the reference taken by `rdma_user_mmap_entry_get`.
+    unsafe { bindings::rdma_user_mmap_entry_put(entry) };
+    ret
+}
+
+/// `ib_device_ops.mmap_free`: the last reference to an entry is gone.
+///
+/// # Safety
+///
+/// Called by the core once per entry, after which the entry is unused.
+pub(super) unsafe extern "C" fn mmap_free(entry: *mut bindings::rdma_user_mmap_entry) {
+    // SAFETY: made by `KBox::into_raw` in `UserBuffer::new` and owning its buffer.
+    let entry = unsafe { KBox::from_raw(entry.cast::<MmapEntry>()) };
+    // SAFETY: nobody uses the buffer any more (mapped pages hold their own references).
+    unsafe { bindings::vfree(entry.buf) };
+}
+
+/// Which index of a ring.
+#[derive(Clone, Copy)]
+pub(crate) enum RingIndex {
+    /// Written by the producer.
+    Producer,
+    /// Written by the consumer.
+    Consumer,
+}
+
+/// A ring in a [`UserBuffer`] shared with user space.
+///
+/// The process can write anything at any time into the whole buffer, so the kernel only ever
+/// copies slots in and out (never hands out references into it) and validates what it copies.
+pub(crate) struct SharedRing {
+    buf: UserBuffer,
+    geometry: RingGeometry,
+}
+
+impl SharedRing {
+    /// A ring of `geometry` in a new buffer mappable by `ctx`'s process.
+    pub(crate) fn new(ctx: &UContext<'_>, geometry: RingGeometry) -> Result<Self> {
+        let buf = UserBuffer::new(ctx, geometry.mapped_bytes(kernel::page::PAGE_SIZE))?;
+        Ok(Self { buf, geometry })
+    }
+
+    /// Its shape.
+    pub(crate) fn geometry(&self) -> RingGeometry {
+        self.geometry
+    }
+
+    /// The buffer, for its mmap offset and size.
+    pub(crate) fn buffer(&self) -> &UserBuffer {
+        &self.buf
+    }
+
+    fn index_ref(&self, which: RingIndex) -> &AtomicU32 {
+        let offset = match which {
+            RingIndex::Producer => RING_PRODUCER_OFFSET,
+            RingIndex::Consumer => RING_CONSUMER_OFFSET,
+        };
+        // SAFETY: both offsets are 4-byte aligned and inside the buffer (it has at least one
+        // page); an `AtomicU32` may alias memory another agent accesses atomically.
+        unsafe { &*self.buf.base.as_ptr().add(offset).cast::<AtomicU32>() }
+    }
+
+    /// Reads the other side's index (acquire: its slot writes are visible afterwards).
+    pub(crate) fn load(&self, which: RingIndex) -> u32 {
+        self.index_ref(which).load(Ordering::Acquire)
+    }
+
+    /// Publishes our index (release: our slot writes are visible before it).
+    pub(crate) fn store(&self, which: RingIndex, value: u32) {
+        self.index_ref(which).store(value, Ordering::Release)
+    }
+
+    fn slot_ptr(&self, index: u32, offset: usize, len: usize) -> Result<*mut u8> {
+        if offset.checked_add(len).map_or(true, |end| end > self.geometry.slot_size as usize) {
+            return Err(EINVAL);
+        }
+        // SAFETY: `slot_offset` is within the buffer for any index, and `offset + len` within
+        // the slot (checked above).
+        Ok(unsafe { self.buf.base.as_ptr().add(self.geometry.slot_offset(index) + offset) })
+    }
+
+    #[expect(dead_code, reason = "the requester reads WQEs with it")]
+    /// Copies `out.len()` bytes at `offset` of slot `index` out of the ring.
+    pub(crate) fn read_bytes(&self, index: u32, offset: usize, out: &mut [u8]) -> Result {
+        let src = self.slot_ptr(index, offset, out.len())?;
+        // SAFETY: in bounds (checked); the user may be writing concurrently, in which case we
+        // copy garbage, which the caller validates like any other input.
+        unsafe { core::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    #[expect(dead_code, reason = "the requester reads WQEs with it")]
+    /// Copies a `T` at `offset` of slot `index` out of the ring.
+    pub(crate) fn read<T: FromBytes>(&self, index: u32, offset: usize) -> Result<T> {
+        let src = self.slot_ptr(index, offset, core::mem::size_of::<T>())?;
+        // SAFETY: in bounds; any bytes are a valid `T` (`FromBytes`).
+        Ok(unsafe { core::ptr::read_unaligned(src.cast::<T>()) })
+    }
+
+    /// Copies `value` into slot `index`.
+    pub(crate) fn write<T: AsBytes>(&self, index: u32, value: &T) -> Result {
+        let dst = self.slot_ptr(index, 0, core::mem::size_of::<T>())?;
+        // SAFETY: in bounds; `T: AsBytes` is plain initialised bytes.
+        unsafe {
+            core::ptr::copy_nonoverlapping((value as *const T).cast::<u8>(), dst, core::mem::size_of::<T>())
+        };
+        Ok(())
+    }
+}

@@ -1,0 +1,17 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The uapi structs are plain bytes both ways: `#[repr(C)]`, integer fields only, and no
+//! padding (their sizes are asserted in `uapi/`), so they may be copied to and from user space.
+
+use crate::uapi::{CreateCqResp, Cqe, MmapInfo, RecvWqe, SendWqe, Sge};
+use kernel::types::{AsBytes, FromBytes};
+
+macro_rules! plain_bytes {
+    ($($t:ty),*) => {$(
+        // SAFETY: see the module documentation.
+        unsafe impl AsBytes for $t {}
+        // SAFETY: see the module documentation.
+        unsafe impl FromBytes for $t {}
+    )*};
+}
+
+plain_bytes!(MmapInfo, CreateCqResp, Cqe, SendWqe, RecvWqe, Sge);

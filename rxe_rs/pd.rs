@@ -1,0 +1,5 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Protection domains: a name space for MRs and QPs; nothing else to hold yet.
+
+/// A protection domain.
+pub(crate) struct RxePd;

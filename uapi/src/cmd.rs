@@ -1,0 +1,28 @@
+//! Driver-specific verb responses (what follows the core uverbs response).
+
+/// Where a ring is: `mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, cmd_fd, offset)`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MmapInfo {
+    /// Offset to pass to mmap(2) on the uverbs command fd.
+    pub offset: u64,
+    /// Bytes to map.
+    pub size: u64,
+}
+
+/// Response to `create_cq`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CreateCqResp {
+    /// The completion ring (kernel produces, user consumes).
+    pub ring: MmapInfo,
+    /// log2 of its slot count.
+    pub log2_slots: u32,
+    /// Bytes per slot.
+    pub slot_size: u32,
+}
+
+const _: () = {
+    assert!(core::mem::size_of::<MmapInfo>() == 16);
+    assert!(core::mem::size_of::<CreateCqResp>() == 24);
+};
