@@ -5,22 +5,26 @@ use crate::{
     cq::RxeCq,
     kext::{
         bindings,
-        ib::{self, Cq, CqInitAttr, Device, DeviceAttr, Pd, PortAttr, PortImmutable},
+        ib::{self, Cq, CqInitAttr, Device, DeviceAttr, Mr, Pd, PortAttr, PortImmutable},
+        umem::random_u32,
         netdev::NetDevice,
         object::Udata,
     },
     limits,
+    mr::{self, Backing, MrInner, RxeMr},
     pd::RxePd,
+    table::IndexTable,
     proto::{addr::eui64_from_mac, mtu::IbMtu},
     uapi,
 };
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use kernel::prelude::*;
+use kernel::{prelude::*, sync::Arc};
 
 /// The only port of a device (IB ports are 1-based).
 pub(crate) const PORT: u32 = 1;
 
 /// Per-device driver state, embedded behind the `ib_device`.
+#[pin_data]
 pub(crate) struct RxeDevice {
     /// EUI-64 of the netdev's MAC when the device was created (node and system image GUID).
     guid: [u8; 8],
@@ -32,6 +36,11 @@ pub(crate) struct RxeDevice {
     pds: ObjectCount,
     /// Live completion queues (limit: [`limits::MAX_CQ`]).
     cqs: ObjectCount,
+    /// Names PDs, so that MRs and QPs can be matched to theirs.
+    next_pd_id: AtomicU32,
+    /// Memory regions by key index (limit: [`limits::MAX_MR`]).
+    #[pin]
+    pub(crate) mrs: IndexTable<MrInner>,
 }
 
 /// Counts live objects of one kind against the limit the device advertises.
@@ -57,19 +66,36 @@ impl ObjectCount {
 
 impl RxeDevice {
     /// The state of a new device on `ndev`; the port starts DOWN until [`Self::sync_port`].
-    pub(crate) fn new(ndev: &NetDevice) -> Self {
-        Self {
-            guid: eui64_from_mac(ndev.mac()),
+    pub(crate) fn new(ndev: &NetDevice) -> impl PinInit<Self, Error> {
+        let guid = Self::guid_for(ndev);
+        let mtu = IbMtu::for_netdev_mtu(ndev.mtu()) as u32;
+        try_pin_init!(Self {
+            guid,
             port_active: AtomicBool::new(false),
-            active_mtu: AtomicU32::new(IbMtu::for_netdev_mtu(ndev.mtu()) as u32),
+            active_mtu: AtomicU32::new(mtu),
             pds: ObjectCount::new(),
             cqs: ObjectCount::new(),
-        }
+            next_pd_id: AtomicU32::new(1),
+            mrs <- IndexTable::new(1, limits::MAX_MR),
+        }? Error)
     }
 
-    /// The node GUID (big-endian bytes).
-    pub(crate) fn guid(&self) -> [u8; 8] {
-        self.guid
+    /// The node GUID of a device on `ndev` (big-endian bytes).
+    pub(crate) fn guid_for(ndev: &NetDevice) -> [u8; 8] {
+        eui64_from_mac(ndev.mac())
+    }
+
+    /// Registers `inner` in the key table and returns its key.
+    fn insert_mr(&self, inner: MrInner) -> Result<(RxeMr, u32)> {
+        let key_byte = inner.key_byte;
+        let index = self.mrs.insert(Arc::new(inner, GFP_KERNEL)?)?;
+        Ok((RxeMr, mr::make_key(index, key_byte.into())))
+    }
+
+    /// The MR of an lkey or rkey, if it is registered (the whole key must match).
+    #[expect(dead_code, reason = "the requester and responder (datapath) use it")]
+    pub(crate) fn lookup_mr(&self, key: u32) -> Option<Arc<MrInner>> {
+        self.mrs.get(key >> 8).filter(|mr| mr.key_byte == key as u8)
     }
 
     /// Recomputes the port state from `ndev` and reports a change as a port event.
@@ -94,7 +120,6 @@ impl ib::Driver for RxeDevice {
 
     fn query_device(dev: &Device<Self>, attr: &mut DeviceAttr) -> Result {
         attr.vendor_id = limits::VENDOR_ID;
-        attr.max_mr_size = limits::MAX_MSG_SIZE.into();
         attr.page_size_cap = limits::PAGE_SIZE_CAP;
         attr.device_cap_flags = (bindings::ib_device_cap_flags_IB_DEVICE_RC_RNR_NAK_GEN
             | bindings::ib_device_cap_flags_IB_DEVICE_PORT_ACTIVE_EVENT
@@ -108,6 +133,8 @@ impl ib::Driver for RxeDevice {
         attr.max_pd = limits::MAX_PD as i32;
         attr.max_cq = limits::MAX_CQ as i32;
         attr.max_cqe = limits::MAX_CQE as i32;
+        attr.max_mr = limits::MAX_MR as i32;
+        attr.max_mr_size = limits::MAX_MR_SIZE;
         Ok(())
     }
 
@@ -165,7 +192,7 @@ impl ib::Driver for RxeDevice {
 
     fn alloc_pd(dev: &Device<Self>, _udata: &Udata<'_>) -> Result<RxePd> {
         dev.pds.acquire(limits::MAX_PD)?;
-        Ok(RxePd)
+        Ok(RxePd { id: dev.next_pd_id.fetch_add(1, Ordering::Relaxed) })
     }
 
     fn dealloc_pd(dev: &Device<Self>, _pd: &Pd<Self>) {
@@ -188,6 +215,49 @@ impl ib::Driver for RxeDevice {
 
     fn destroy_cq(dev: &Device<Self>, _cq: &Cq<Self>) {
         dev.cqs.release();
+    }
+
+    type Mr = RxeMr;
+
+    fn reg_user_mr(
+        dev: &Device<Self>,
+        pd: &Pd<Self>,
+        start: u64,
+        len: u64,
+        iova: u64,
+        access: i32,
+        _udata: &Udata<'_>,
+    ) -> Result<(RxeMr, u32)> {
+        mr::check_access(access)?;
+        if len == 0 || len > limits::MAX_MR_SIZE {
+            return Err(EINVAL);
+        }
+        let memory = dev.pin_user_memory(start, len, access)?;
+        dev.insert_mr(MrInner {
+            key_byte: random_u32() as u8,
+            pd: pd.id,
+            iova,
+            len,
+            access,
+            backing: Backing::User(memory),
+        })
+    }
+
+    fn get_dma_mr(dev: &Device<Self>, pd: &Pd<Self>, access: i32) -> Result<(RxeMr, u32)> {
+        mr::check_access(access)?;
+        dev.insert_mr(MrInner {
+            key_byte: random_u32() as u8,
+            pd: pd.id,
+            iova: 0,
+            len: u64::MAX,
+            access,
+            backing: Backing::Dma,
+        })
+    }
+
+    fn dereg_mr(dev: &Device<Self>, mr: &Mr<Self>) -> Result {
+        dev.mrs.remove(mr.lkey() >> 8);
+        Ok(())
     }
 
     fn req_notify_cq(cq: &Cq<Self>, flags: u32) -> Result<i32> {

@@ -24,3 +24,7 @@ pub(crate) const MAX_PD: u32 = 1 << 16;
 pub(crate) const MAX_CQ: u32 = 1 << 16;
 /// Completions a CQ can hold (the ring has the next power of two slots).
 pub(crate) const MAX_CQE: u32 = (1 << 15) - 1;
+/// Memory regions per device (key indices 1..=MAX_MR; index 0 is the local DMA lkey).
+pub(crate) const MAX_MR: u32 = (1 << 16) - 1;
+/// Largest MR.
+pub(crate) const MAX_MR_SIZE: u64 = 1 << 40;

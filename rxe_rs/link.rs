@@ -39,14 +39,13 @@ impl LinkDriver for RxeLink {
             return Err(EEXIST);
         }
 
-        let data = RxeDevice::new(ndev);
         let config = DeviceConfig {
-            node_guid: data.guid(),
+            node_guid: RxeDevice::guid_for(ndev),
             node_desc: c_str!("rxe_rs"),
             num_comp_vectors: 1,
             owner: &crate::THIS_MODULE,
         };
-        let mut new = NewDevice::new(data, &config)?;
+        let mut new = NewDevice::<RxeDevice>::new(RxeDevice::new(ndev), &config)?;
         new.set_netdev(ndev)?;
         new.enable_req_notify_cq_command();
         // The core reports a name taken meanwhile by another driver as ENFILE.

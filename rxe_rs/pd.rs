@@ -2,4 +2,7 @@
 //! Protection domains: a name space for MRs and QPs; nothing else to hold yet.
 
 /// A protection domain.
-pub(crate) struct RxePd;
+pub(crate) struct RxePd {
+    /// Unique per device: MRs and QPs record it to check they share a PD.
+    pub(crate) id: u32,
+}

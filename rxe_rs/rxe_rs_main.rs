@@ -14,9 +14,11 @@ mod device;
 mod kext;
 mod limits;
 mod link;
+mod mr;
 mod netdev_events;
 mod pd;
 mod recv;
+mod table;
 
 #[path = "proto/src/lib.rs"]
 #[allow(dead_code, unreachable_pub, unused_imports)] // shared with the host and the provider

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 # Verbs objects through libibverbs and our provider (pyverbs): PDs, CQs with their mapped rings,
-# limits and errnos; and that a process dying with objects open leaves nothing behind.
+# MRs (pinned, keyed), limits and errnos; and that a process dying with objects open leaves nothing behind.
 source "$(dirname "$0")/guest/lib.sh"
 DEV=rxers0
 verbs() { /usr/bin/python3 "$(dirname "$0")/guest/verbs.py" "$DEV" "$@"; }
 
 ktap_print_header
-ktap_set_plan 10
+ktap_set_plan 14
 reset_modules
 make_veth veth0 veth1 10.11.0.1/24
 rdma link add "$DEV" type rxe_rs netdev veth0
@@ -18,7 +18,10 @@ check "CQ sizes 0 and max_cqe+1: EINVAL" verbs cq_bad_sizes
 check "a CQ on a completion channel can be armed" verbs cq_with_channel_arms
 check "64 CQs at once" verbs many_cqs
 rdma resource show cq | sed 's/^/# /' | head -3
-check "MR registration (not implemented yet): EOPNOTSUPP" verbs mr_unsupported
+check "MRs register with unique keys (lkey == rkey)" verbs mr_register_keys
+check "MR access errors: EINVAL / EOPNOTSUPP" verbs mr_bad_access
+check "MR limits are reported" verbs mr_limits_reported
+check "QP creation (not implemented yet): EOPNOTSUPP" verbs qp_unsupported
 
 # A process killed with a PD and CQs open: the core cleans up, the module can go.
 /usr/bin/python3 -c "
@@ -26,11 +29,14 @@ import os, signal
 from pyverbs.device import Context
 from pyverbs.pd import PD
 from pyverbs.cq import CQ
+from pyverbs.mr import MR
 ctx = Context(name='$DEV'); pd = PD(ctx); cqs = [CQ(ctx, 32) for _ in range(4)]
+mrs = [MR(pd, 1 << 20, 1) for _ in range(4)]
 os.kill(os.getpid(), signal.SIGKILL)"
 no_objects_left() { ! rdma resource show "$1" | grep -q "dev $DEV "; }
 check "a killed process's CQs are released" wait_for 10 no_objects_left cq
 check "a killed process's PD is released" wait_for 10 no_objects_left pd
+check "a killed process's MRs are released" wait_for 10 no_objects_left mr
 check "rdma link delete after that" rdma link delete "$DEV"
 check "rmmod after that" modprobe -r rxe_rs
 reset_modules

@@ -21,6 +21,8 @@ static CONTEXT_OPS: verbs_context_ops = verbs_context_ops {
     destroy_cq: Some(crate::cq::destroy_cq),
     poll_cq: Some(crate::cq::poll_cq),
     req_notify_cq: Some(crate::cq::req_notify_cq),
+    reg_mr: Some(crate::mr::reg_mr),
+    dereg_mr: Some(crate::mr::dereg_mr),
     ..ZERO_OPS
 };
 

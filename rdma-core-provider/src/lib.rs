@@ -10,6 +10,7 @@ pub mod context;
 pub mod cq;
 pub mod device;
 pub mod ffi;
+pub mod mr;
 pub mod pd;
 pub mod ring;
 

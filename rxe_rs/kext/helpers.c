@@ -3,6 +3,8 @@
 #include <linux/if_vlan.h>
 #include <linux/mutex.h>
 #include <linux/vmalloc.h>
+#include <linux/highmem.h>
+#include <linux/scatterlist.h>
 #include <net/net_namespace.h>
 #include "helpers.h"
 
@@ -104,4 +106,30 @@ struct ib_udata *rxe_rs_helper_bundle_udata(struct uverbs_attr_bundle *attrs)
 void *rxe_rs_helper_vmalloc_user(unsigned long size)
 {
 	return vmalloc_user(size);
+}
+
+/* Lists the pinned pages of a umem in order; returns how many there are. */
+size_t rxe_rs_helper_umem_pages(struct ib_umem *umem, struct page **pages, size_t max)
+{
+	struct sg_page_iter iter;
+	size_t n = 0;
+
+	for_each_sgtable_page(&umem->sgt_append.sgt, &iter, 0) {
+		if (n < max)
+			pages[n] = sg_page_iter_page(&iter);
+		n++;
+	}
+	return n;
+}
+
+/* Copies len bytes between buf and page at offset (within one page). */
+void rxe_rs_helper_page_copy(struct page *page, size_t offset, void *buf, size_t len, bool to_page)
+{
+	void *va = kmap_local_page(page);
+
+	if (to_page)
+		memcpy(va + offset, buf, len);
+	else
+		memcpy(buf, va + offset, len);
+	kunmap_local(va);
 }

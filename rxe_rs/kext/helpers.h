@@ -11,6 +11,7 @@
 #include <net/udp_tunnel.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/uverbs_ioctl.h>
+#include <rdma/ib_umem.h>
 
 void rxe_rs_helper_dev_hold(struct net_device *ndev);
 void rxe_rs_helper_dev_put(struct net_device *ndev);
@@ -35,5 +36,8 @@ void *rxe_rs_helper_vmalloc_user(unsigned long size);
 
 struct ib_ucontext *rxe_rs_helper_udata_to_ucontext(struct ib_udata *udata);
 struct ib_udata *rxe_rs_helper_bundle_udata(struct uverbs_attr_bundle *attrs);
+
+size_t rxe_rs_helper_umem_pages(struct ib_umem *umem, struct page **pages, size_t max);
+void rxe_rs_helper_page_copy(struct page *page, size_t offset, void *buf, size_t len, bool to_page);
 
 #endif

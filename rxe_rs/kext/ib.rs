@@ -34,6 +34,25 @@ pub(crate) type CqInitAttr = bindings::ib_cq_init_attr;
 pub(crate) type Pd<T> = CoreObject<bindings::ib_pd, <T as Driver>::Pd>;
 /// A completion queue of driver `T`.
 pub(crate) type Cq<T> = CoreObject<bindings::ib_cq, <T as Driver>::Cq>;
+/// A memory region of driver `T` (allocated by the driver, unlike the others).
+pub(crate) type Mr<T> = CoreObject<bindings::ib_mr, <T as Driver>::Mr>;
+
+/// MR access flags (`enum ib_access_flags`).
+pub(crate) mod access {
+    use super::bindings;
+    #[allow(missing_docs)]
+    pub(crate) const LOCAL_WRITE: i32 = bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE as i32;
+    #[allow(missing_docs)]
+    pub(crate) const REMOTE_WRITE: i32 = bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE as i32;
+    #[allow(missing_docs)]
+    pub(crate) const REMOTE_READ: i32 = bindings::ib_access_flags_IB_ACCESS_REMOTE_READ as i32;
+    #[allow(missing_docs)]
+    pub(crate) const REMOTE_ATOMIC: i32 = bindings::ib_access_flags_IB_ACCESS_REMOTE_ATOMIC as i32;
+    #[allow(missing_docs)]
+    pub(crate) const MW_BIND: i32 = bindings::ib_access_flags_IB_ACCESS_MW_BIND as i32;
+    /// Flags a device may ignore (relaxed ordering...).
+    pub(crate) const OPTIONAL_RANGE: i32 = bindings::ib_access_flags_IB_ACCESS_OPTIONAL as i32;
+}
 
 /// `ib_req_notify_cq` flags.
 pub(crate) mod cq_notify {
@@ -86,9 +105,35 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     ) -> Result<(impl PinInit<Self::Cq, Error>, u32)>;
     /// Destroys a completion queue (dropped right after).
     fn destroy_cq(dev: &Device<Self>, cq: &Cq<Self>);
+    /// What a memory region holds.
+    type Mr: Send + Sync;
+    /// Registers `[start, start + len)` of the calling process at `iova`; returns the MR and its
+    /// key (used as both lkey and rkey).
+    fn reg_user_mr(
+        dev: &Device<Self>,
+        pd: &Pd<Self>,
+        start: u64,
+        len: u64,
+        iova: u64,
+        access: i32,
+        udata: &Udata<'_>,
+    ) -> Result<(Self::Mr, u32)>;
+    /// A DMA MR (all of kernel memory) for kernel users.
+    fn get_dma_mr(dev: &Device<Self>, pd: &Pd<Self>, access: i32) -> Result<(Self::Mr, u32)>;
+    /// Deregisters an MR (dropped right after).
+    fn dereg_mr(dev: &Device<Self>, mr: &Mr<Self>) -> Result;
+
     /// Arms the CQ for a completion event (`flags`: [`cq_notify`]); returns 1 if
     /// `REPORT_MISSED_EVENTS` was asked and completions are already waiting.
     fn req_notify_cq(cq: &Cq<Self>, flags: u32) -> Result<i32>;
+}
+
+impl<T> CoreObject<bindings::ib_mr, T> {
+    /// The local key (equal to the remote key for our MRs).
+    pub(crate) fn lkey(&self) -> u32 {
+        // SAFETY: a live MR; the key never changes after registration.
+        unsafe { (*self.raw()).lkey }
+    }
 }
 
 impl<T> CoreObject<bindings::ib_cq, T> {
@@ -196,6 +241,11 @@ impl<T: Driver> Device<T> {
         Ok((speed, width))
     }
 
+    /// Pins `[addr, addr + len)` of the calling process for an MR with `access`.
+    pub(crate) fn pin_user_memory(&self, addr: u64, len: u64, access: i32) -> Result<super::umem::PinnedUserMemory> {
+        super::umem::PinnedUserMemory::pin(self.as_raw(), addr, len, access)
+    }
+
     /// Our device on `ndev`, if there is one.
     pub(crate) fn get_by_netdev(ndev: &NetDevice) -> Option<DeviceRef<T>> {
         // SAFETY: `ndev` is valid; the core returns a referenced device or NULL.
@@ -282,16 +332,20 @@ pub(crate) struct NewDevice<T: Driver> {
 
 impl<T: Driver> NewDevice<T> {
     /// Allocates a one-port RoCE device carrying `data`.
-    pub(crate) fn new(data: T, config: &DeviceConfig<'_>) -> Result<Self> {
+    pub(crate) fn new(data: impl PinInit<T, Error>, config: &DeviceConfig<'_>) -> Result<Self> {
         // SAFETY: a plain allocation; `Device<T>` starts with the `ib_device`.
         let ib = unsafe { bindings::rxe_rs_helper_ib_alloc_device(core::mem::size_of::<Device<T>>()) };
         let dev = NonNull::new(ib.cast::<Device<T>>()).ok_or(ENOMEM)?;
         let ops = Adapter::<T>::ops(config.owner);
-        // SAFETY: `dev` is a fresh, zeroed `Device<T>` allocation that we own: we initialise
-        // `data` before installing ops whose `dealloc_driver` drops it, and `ib_set_device_ops`
-        // copies `ops`, which may then go out of scope.
+        // SAFETY: `dev` is a fresh, zeroed `Device<T>` allocation that we own and never move.
+        if let Err(e) = unsafe { data.__pinned_init(core::ptr::addr_of_mut!((*dev.as_ptr()).data)) } {
+            // SAFETY: no ops installed yet, so this only frees the allocation.
+            unsafe { bindings::ib_dealloc_device(ib) };
+            return Err(e);
+        }
+        // SAFETY: we initialised `data` before installing ops whose `dealloc_driver` drops it;
+        // `ib_set_device_ops` copies `ops`, which may then go out of scope.
         unsafe {
-            core::ptr::addr_of_mut!((*dev.as_ptr()).data).write(data);
             let ib = &mut *ib;
             bindings::ib_set_device_ops(ib, &ops);
             ib.node_guid = u64::from_ne_bytes(config.node_guid);
@@ -379,6 +433,9 @@ impl<T: Driver> Adapter<T> {
             create_cq: Some(Self::create_cq),
             destroy_cq: Some(Self::destroy_cq),
             req_notify_cq: Some(Self::req_notify_cq),
+            reg_user_mr: Some(Self::reg_user_mr),
+            get_dma_mr: Some(Self::get_dma_mr),
+            dereg_mr: Some(Self::dereg_mr),
             size_ib_pd: core::mem::size_of::<Pd<T>>(),
             size_ib_cq: core::mem::size_of::<Cq<T>>(),
             dealloc_driver: Some(Self::dealloc_driver),
@@ -526,6 +583,58 @@ impl<T: Driver> Adapter<T> {
             T::destroy_cq(Self::dev((*cq).device), Cq::<T>::from_raw(cq));
             Cq::<T>::drop_in_place(cq);
         }
+        0
+    }
+
+    /// Allocates the driver-owned `ib_mr` around `data` and fills in its keys.
+    fn new_mr(data: T::Mr, key: u32) -> Result<*mut bindings::ib_mr> {
+        let mr = KBox::new(
+            Mr::<T> { ib: Opaque::new(Default::default()), data },
+            GFP_KERNEL,
+        )?;
+        let raw = KBox::into_raw(mr).cast::<bindings::ib_mr>();
+        // SAFETY: a fresh allocation; the core fills the rest after we return.
+        unsafe {
+            (*raw).lkey = key;
+            (*raw).rkey = key;
+        }
+        Ok(raw)
+    }
+
+    unsafe extern "C" fn reg_user_mr(
+        pd: *mut bindings::ib_pd,
+        start: u64,
+        len: u64,
+        iova: u64,
+        access: kernel::ffi::c_int,
+        udata: *mut bindings::ib_udata,
+    ) -> *mut bindings::ib_mr {
+        // SAFETY: a live PD of ours and the verb's udata.
+        let result = unsafe {
+            T::reg_user_mr(Self::dev((*pd).device), Pd::<T>::from_raw(pd), start, len, iova, access, &Udata::from_raw(udata))
+        };
+        match result.and_then(|(data, key)| Self::new_mr(data, key)) {
+            Ok(mr) => mr,
+            Err(e) => e.to_ptr(),
+        }
+    }
+
+    unsafe extern "C" fn get_dma_mr(pd: *mut bindings::ib_pd, access: kernel::ffi::c_int) -> *mut bindings::ib_mr {
+        // SAFETY: a live PD of ours.
+        let result = unsafe { T::get_dma_mr(Self::dev((*pd).device), Pd::<T>::from_raw(pd), access) };
+        match result.and_then(|(data, key)| Self::new_mr(data, key)) {
+            Ok(mr) => mr,
+            Err(e) => e.to_ptr(),
+        }
+    }
+
+    unsafe extern "C" fn dereg_mr(mr: *mut bindings::ib_mr, _udata: *mut bindings::ib_udata) -> kernel::ffi::c_int {
+        // SAFETY: an MR made by `new_mr`, whose device the core set.
+        if let Err(e) = unsafe { T::dereg_mr(Self::dev((*mr).device), Mr::<T>::from_raw(mr)) } {
+            return e.to_errno();
+        }
+        // SAFETY: made by `KBox::into_raw` in `new_mr`; the core forgets it after this.
+        drop(unsafe { KBox::from_raw(mr.cast::<Mr<T>>()) });
         0
     }
 

@@ -17,6 +17,7 @@ pub(crate) mod object;
 pub(crate) mod skb;
 pub(crate) mod uapi_bytes;
 pub(crate) mod udp_tunnel;
+pub(crate) mod umem;
 
 use kernel::{init::PinInit, prelude::*, types::Opaque};
 

@@ -19,8 +19,8 @@ use kernel::{
 /// initialised between the driver's create and destroy callbacks.
 #[repr(C)]
 pub(crate) struct CoreObject<C, T> {
-    ib: Opaque<C>,
-    data: T,
+    pub(super) ib: Opaque<C>,
+    pub(super) data: T,
 }
 
 impl<C, T> CoreObject<C, T> {

@@ -57,9 +57,47 @@ def cq_with_channel_arms(ctx):
     channel.close()
 
 
-def mr_unsupported(ctx):
+def qp_unsupported(ctx):
+    from pyverbs.qp import QP, QPCap, QPInitAttr
     pd = PD(ctx)
-    expect_errno(errno.EOPNOTSUPP, MR, pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)
+    cq = CQ(ctx, 16)
+    cap = QPCap(max_send_wr=4, max_recv_wr=4, max_send_sge=1, max_recv_sge=1)
+    attr = QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap)
+    expect_errno(errno.EOPNOTSUPP, QP, pd, attr)
+
+
+def mr_register_keys(ctx):
+    pd = PD(ctx)
+    rw = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+    mrs = [MR(pd, size, access) for size in (1, 4096, 65536, 1 << 20)
+           for access in (0, e.IBV_ACCESS_LOCAL_WRITE, rw)]
+    keys = [mr.lkey for mr in mrs]
+    if any(mr.lkey != mr.rkey for mr in mrs):
+        sys.exit("lkey != rkey")
+    if len(set(keys)) != len(keys):
+        sys.exit(f"duplicate keys {keys}")
+    if 0 in keys:
+        sys.exit("key 0 is the local DMA lkey")
+    for mr in mrs:
+        mr.close()
+    # A new registration must not get a key an earlier one just had.
+    again = MR(pd, 4096, 0)
+    if again.lkey in keys:
+        sys.exit(f"key {again.lkey:#x} reused at once")
+
+
+def mr_bad_access(ctx):
+    pd = PD(ctx)
+    # Remote write without local write is invalid (IBA 10.6.3.1; checked by the core).
+    expect_errno(errno.EINVAL, MR, pd, 4096, e.IBV_ACCESS_REMOTE_WRITE)
+    # No on-demand paging.
+    expect_errno(errno.EOPNOTSUPP, MR, pd, 4096, e.IBV_ACCESS_ON_DEMAND | e.IBV_ACCESS_LOCAL_WRITE)
+
+
+def mr_limits_reported(ctx):
+    attr = ctx.query_device()
+    if attr.max_mr < 1024 or attr.max_pd < 1024 or attr.max_mr_size < (1 << 31):
+        sys.exit(f"max_mr {attr.max_mr} max_pd {attr.max_pd} max_mr_size {attr.max_mr_size}")
 
 
 def many_cqs(ctx):
@@ -69,7 +107,8 @@ def many_cqs(ctx):
 
 
 CHECKS = {f.__name__: f for f in [pd_alloc_dealloc, cq_create_poll_empty, cq_bad_sizes,
-                                   cq_with_channel_arms, mr_unsupported, many_cqs]}
+                                   cq_with_channel_arms, many_cqs, mr_register_keys,
+                                   mr_bad_access, mr_limits_reported, qp_unsupported]}
 
 if __name__ == "__main__":
     device, check = sys.argv[1], sys.argv[2]

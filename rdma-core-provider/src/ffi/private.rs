@@ -96,7 +96,7 @@ pub struct verbs_context_ops {
     pub dealloc_mw: UnusedOp,
     pub dealloc_pd: Option<unsafe extern "C" fn(*mut ibv_pd) -> c_int>,
     pub dealloc_td: UnusedOp,
-    pub dereg_mr: UnusedOp,
+    pub dereg_mr: Option<unsafe extern "C" fn(*mut verbs_mr) -> c_int>,
     pub destroy_ah: UnusedOp,
     pub destroy_counters: UnusedOp,
     pub destroy_cq: Option<unsafe extern "C" fn(*mut ibv_cq) -> c_int>,
@@ -143,7 +143,7 @@ pub struct verbs_context_ops {
     pub read_counters: UnusedOp,
     pub reg_dm_mr: UnusedOp,
     pub reg_dmabuf_mr: UnusedOp,
-    pub reg_mr: UnusedOp,
+    pub reg_mr: Option<unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, u64, c_int) -> *mut ibv_mr>,
     pub req_notify_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int>,
     pub rereg_mr: UnusedOp,
     pub resize_cq: UnusedOp,
@@ -167,6 +167,22 @@ pub struct ibv_get_context {
 pub struct ibv_alloc_pd {
     pub hdr: ib_uverbs_cmd_hdr,
     pub core: ib_uverbs_alloc_pd,
+}
+
+/// `struct ibv_reg_mr` (kern-abi.h).
+#[repr(C)]
+#[derive(Default)]
+pub struct ibv_reg_mr {
+    pub hdr: ib_uverbs_cmd_hdr,
+    pub core: ib_uverbs_reg_mr,
+}
+
+/// `struct verbs_mr` (driver.h).
+#[repr(C)]
+pub struct verbs_mr {
+    pub ibv_mr: ibv_mr,
+    pub mr_type: u32,
+    pub access: c_int,
 }
 
 /// `struct ibv_create_cq` (kern-abi.h).
@@ -221,6 +237,19 @@ extern "C" {
         resp_size: usize,
     ) -> c_int;
     pub fn ibv_cmd_dealloc_pd(pd: *mut ibv_pd) -> c_int;
+    pub fn ibv_cmd_reg_mr(
+        pd: *mut ibv_pd,
+        addr: *mut c_void,
+        length: usize,
+        hca_va: u64,
+        access: c_int,
+        vmr: *mut verbs_mr,
+        cmd: *mut ibv_reg_mr,
+        cmd_size: usize,
+        resp: *mut ib_uverbs_reg_mr_resp,
+        resp_size: usize,
+    ) -> c_int;
+    pub fn ibv_cmd_dereg_mr(vmr: *mut verbs_mr) -> c_int;
     pub fn ibv_cmd_create_cq(
         context: *mut ibv_context,
         cqe: c_int,
@@ -264,6 +293,8 @@ const _: () = {
     assert!(size_of::<ibv_get_context>() == 16);
     assert!(size_of::<ibv_query_port>() == 24);
     assert!(size_of::<ibv_alloc_pd>() == 16);
+    assert!(size_of::<ibv_reg_mr>() == 48);
+    assert!(size_of::<verbs_mr>() == 56);
     assert!(size_of::<ibv_create_cq>() == 40);
 };
 

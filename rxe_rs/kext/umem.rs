@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: GPL-2.0
+//! User memory pinned for RDMA (`ib_umem`): the pages stay in memory and in place until drop,
+//! and the datapath copies bytes in and out of them through temporary kernel mappings.
+
+use super::bindings;
+use core::ptr::NonNull;
+use kernel::{error::from_err_ptr, prelude::*};
+
+const PAGE_SIZE: usize = kernel::page::PAGE_SIZE;
+
+/// Pinned user memory.
+///
+/// # Invariants
+///
+/// `umem` is a live `ib_umem` owned by this value; `pages` lists its pinned pages in order and
+/// covers `offset + len` bytes.
+pub(crate) struct PinnedUserMemory {
+    umem: NonNull<bindings::ib_umem>,
+    pages: KVVec<NonNull<bindings::page>>,
+    /// Offset of the first byte in the first page.
+    offset: usize,
+    len: usize,
+}
+
+impl PinnedUserMemory {
+    /// Pins `[addr, addr + len)` of the calling process (with write access when
+    /// `access` has IB_ACCESS_LOCAL_WRITE or remote write).
+    pub(crate) fn pin(dev: *mut bindings::ib_device, addr: u64, len: u64, access: i32) -> Result<Self> {
+        // SAFETY: called from a verb of the process whose memory it is; the core validates the
+        // range and accounts the pinned pages.
+        let umem = from_err_ptr(unsafe { bindings::ib_umem_get(dev, addr as _, len as _, access) })?;
+        let umem = NonNull::new(umem).ok_or(ENOMEM)?;
+        let mut this = Self { umem, pages: KVVec::new(), offset: (addr as usize) % PAGE_SIZE, len: len as usize };
+        let needed = (this.offset + this.len).div_ceil(PAGE_SIZE);
+        this.pages.reserve(needed, GFP_KERNEL)?;
+        let mut raw = KVVec::<*mut bindings::page>::with_capacity(needed, GFP_KERNEL)?;
+        // SAFETY: `raw` has room for `needed` entries and the helper writes at most that many.
+        let n = unsafe { bindings::rxe_rs_helper_umem_pages(umem.as_ptr(), raw.as_mut_ptr(), needed) };
+        if n != needed {
+            return Err(EFAULT);
+        }
+        // SAFETY: the helper initialised `n` entries.
+        unsafe { raw.set_len(n) };
+        for page in raw.iter() {
+            this.pages.push(NonNull::new(*page).ok_or(EFAULT)?, GFP_KERNEL)?;
+        }
+        Ok(this)
+    }
+
+    /// Copies between the pinned bytes at `at` and `buf`, page by page.
+    fn copy(&self, at: usize, buf: *mut u8, len: usize, to_pages: bool) -> Result {
+        if at.checked_add(len).map_or(true, |end| end > self.len) {
+            return Err(EINVAL);
+        }
+        let mut pos = self.offset + at;
+        let mut done = 0;
+        while done < len {
+            let in_page = pos % PAGE_SIZE;
+            let n = (PAGE_SIZE - in_page).min(len - done);
+            let page = self.pages[pos / PAGE_SIZE];
+            // SAFETY: the page is pinned (type invariant); `in_page + n` stays in the page and
+            // `buf + done` has `n` bytes (caller's slice, bounds checked above).
+            unsafe { bindings::rxe_rs_helper_page_copy(page.as_ptr(), in_page, buf.add(done).cast(), n, to_pages) };
+            pos += n;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Copies `out.len()` bytes at offset `at` out of the memory.
+    pub(crate) fn read(&self, at: usize, out: &mut [u8]) -> Result {
+        self.copy(at, out.as_mut_ptr(), out.len(), false)
+    }
+
+    /// Copies `data` into the memory at offset `at`.
+    pub(crate) fn write(&self, at: usize, data: &[u8]) -> Result {
+        self.copy(at, data.as_ptr().cast_mut(), data.len(), true)
+    }
+}
+
+impl Drop for PinnedUserMemory {
+    fn drop(&mut self) {
+        // SAFETY: we own the umem (type invariant); this unpins its pages. May sleep: the
+        // datapath only drops MRs in process context.
+        unsafe { bindings::ib_umem_release(self.umem.as_ptr()) };
+    }
+}
+
+// SAFETY: the pages are pinned kernel-wide; copies go through kmap_local on any CPU.
+unsafe impl Send for PinnedUserMemory {}
+// SAFETY: concurrent copies into the same bytes race like DMA would; no Rust references exist.
+unsafe impl Sync for PinnedUserMemory {}
+
+/// A random 32-bit value (key bytes of lkeys and rkeys).
+pub(crate) fn random_u32() -> u32 {
+    // SAFETY: plain call.
+    unsafe { bindings::get_random_u32() }
+}

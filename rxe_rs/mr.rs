@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Memory regions: pinned user memory (or all kernel memory, for DMA MRs) with a key, a PD, an
+//! address range and access rights that every local and remote access is checked against.
+
+use crate::kext::{ib::access, umem::PinnedUserMemory};
+use kernel::prelude::*;
+
+/// Access flags we implement; the optional range is accepted and ignored.
+const SUPPORTED_ACCESS: i32 = access::LOCAL_WRITE
+    | access::REMOTE_WRITE
+    | access::REMOTE_READ
+    | access::REMOTE_ATOMIC
+    | access::MW_BIND;
+
+/// What backs an MR.
+pub(crate) enum Backing {
+    /// User pages pinned at registration.
+    User(PinnedUserMemory),
+    /// A DMA MR for kernel users: addresses are kernel virtual addresses.
+    Dma,
+}
+
+/// The state of an MR that the datapath uses.
+pub(crate) struct MrInner {
+    /// Low byte of the key (lkey == rkey == table index << 8 | this).
+    pub(crate) key_byte: u8,
+    /// The PD it belongs to (QPs may only use MRs of their own PD).
+    pub(crate) pd: u32,
+    /// First address of the region, in the address space the user registered (iova).
+    pub(crate) iova: u64,
+    /// Bytes.
+    pub(crate) len: u64,
+    /// `ib_access_flags`.
+    pub(crate) access: i32,
+    pub(crate) backing: Backing,
+}
+
+/// Why an access to an MR was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AccessError {
+    /// Outside `[iova, iova + len)`.
+    OutOfBounds,
+    /// The MR lacks the needed right, or belongs to another PD.
+    Denied,
+}
+
+impl MrInner {
+    /// Copies `out.len()` bytes at `addr` out of the MR, for a QP in PD `pd` that needs `rights`
+    /// (0 for local reads).
+    #[expect(dead_code, reason = "the requester and responder (datapath) use it")]
+    pub(crate) fn read(&self, pd: u32, addr: u64, out: &mut [u8], rights: i32) -> core::result::Result<(), AccessError> {
+        let offset = self.check(pd, addr, out.len() as u64, rights)?;
+        match &self.backing {
+            Backing::User(memory) => memory.read(offset, out).map_err(|_| AccessError::OutOfBounds),
+            // Kernel users of DMA MRs need kernel verbs, which we do not offer yet.
+            Backing::Dma => Err(AccessError::Denied),
+        }
+    }
+
+    /// Copies `data` into the MR at `addr`, for a QP in PD `pd` that needs `rights`.
+    #[expect(dead_code, reason = "the responder and completer (datapath) use it")]
+    pub(crate) fn write(&self, pd: u32, addr: u64, data: &[u8], rights: i32) -> core::result::Result<(), AccessError> {
+        let offset = self.check(pd, addr, data.len() as u64, rights)?;
+        match &self.backing {
+            Backing::User(memory) => memory.write(offset, data).map_err(|_| AccessError::OutOfBounds),
+            Backing::Dma => Err(AccessError::Denied),
+        }
+    }
+
+    /// Checks an access of `len` bytes at `addr` needing `rights` from a QP in PD `pd`, and
+    /// returns the offset into the region.
+    pub(crate) fn check(&self, pd: u32, addr: u64, len: u64, rights: i32) -> core::result::Result<usize, AccessError> {
+        if pd != self.pd || self.access & rights != rights {
+            return Err(AccessError::Denied);
+        }
+        let offset = addr.checked_sub(self.iova).ok_or(AccessError::OutOfBounds)?;
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(offset as usize),
+            _ => Err(AccessError::OutOfBounds),
+        }
+    }
+}
+
+/// A registered MR as the verbs layer holds it: the region itself lives in the device's key
+/// table (and in operations in flight) until deregistration removes it.
+pub(crate) struct RxeMr;
+
+/// Validates MR access flags as rdma_rxe does (after the core's own checks).
+pub(crate) fn check_access(flags: i32) -> Result {
+    if flags & !(SUPPORTED_ACCESS | access::OPTIONAL_RANGE) != 0 {
+        return Err(crate::kext::errno::eopnotsupp());
+    }
+    Ok(())
+}
+
+/// The key of table index `index`: a random low byte makes stale keys unlikely to work.
+pub(crate) fn make_key(index: u32, random: u32) -> u32 {
+    (index << 8) | (random & 0xff)
+}

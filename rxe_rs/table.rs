@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Index tables: small integers naming objects the datapath looks up (MR keys, QP numbers).
+//! Lookups hand out an `Arc`, so an object outlives its removal from the table for as long as
+//! an operation in flight still uses it.
+
+use kernel::{new_spinlock, prelude::*, sync::Arc, sync::SpinLock};
+
+struct Slots<T> {
+    slots: KVec<Option<Arc<T>>>,
+    /// Indices freed, reused oldest first (FIFO), so a stale key is unlikely to hit a new object.
+    free: KVec<u32>,
+    next_free: usize,
+}
+
+/// Objects by index, `first..first + max`.
+#[pin_data]
+pub(crate) struct IndexTable<T> {
+    first: u32,
+    max: u32,
+    #[pin]
+    inner: SpinLock<Slots<T>>,
+}
+
+impl<T> IndexTable<T> {
+    /// An empty table handing out indices from `first`, at most `max` of them.
+    pub(crate) fn new(first: u32, max: u32) -> impl PinInit<Self> {
+        pin_init!(Self {
+            first,
+            max,
+            inner <- new_spinlock!(Slots { slots: KVec::new(), free: KVec::new(), next_free: 0 }, "rxe_rs_table"),
+        })
+    }
+
+    /// Stores `object` under a free index and returns the index; ENOMEM when full.
+    pub(crate) fn insert(&self, object: Arc<T>) -> Result<u32> {
+        let mut t = self.inner.lock();
+        let slot = if t.next_free < t.free.len() {
+            let slot = t.free[t.next_free];
+            t.next_free += 1;
+            if t.next_free == t.free.len() {
+                // All reused: start over (the kernel's KVec has no clear()).
+                t.free = KVec::new();
+                t.next_free = 0;
+            }
+            t.slots[slot as usize] = Some(object);
+            slot
+        } else {
+            let slot = t.slots.len() as u32;
+            if slot >= self.max {
+                return Err(ENOMEM);
+            }
+            // Under a spinlock: no sleeping allocation.
+            t.slots.push(Some(object), GFP_ATOMIC)?;
+            slot
+        };
+        Ok(self.first + slot)
+    }
+
+    /// The object at `index`.
+    pub(crate) fn get(&self, index: u32) -> Option<Arc<T>> {
+        let slot = index.checked_sub(self.first)? as usize;
+        self.inner.lock().slots.get(slot)?.clone()
+    }
+
+    /// Removes and returns the object at `index`.
+    pub(crate) fn remove(&self, index: u32) -> Option<Arc<T>> {
+        let slot = index.checked_sub(self.first)?;
+        let mut t = self.inner.lock();
+        let object = t.slots.get_mut(slot as usize)?.take()?;
+        // If this allocation fails the index is simply never reused.
+        let _ = t.free.push(slot, GFP_ATOMIC);
+        Some(object)
+    }
+}
