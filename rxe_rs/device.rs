@@ -5,7 +5,7 @@ use crate::{
     cq::RxeCq,
     kext::{
         bindings,
-        ib::{self, Cq, CqInitAttr, Device, DeviceAttr, Mr, Pd, PortAttr, PortImmutable},
+        ib::{self, Cq, CqInitAttr, Device, DeviceAttr, Mr, Pd, PortAttr, PortImmutable, Qp, QpAttr, QpInitAttr},
         umem::random_u32,
         netdev::NetDevice,
         object::Udata,
@@ -13,6 +13,7 @@ use crate::{
     limits,
     mr::{self, Backing, MrInner, RxeMr},
     pd::RxePd,
+    qp::{QpInner, RxeQp},
     table::IndexTable,
     proto::{addr::eui64_from_mac, mtu::IbMtu},
     uapi,
@@ -41,6 +42,9 @@ pub(crate) struct RxeDevice {
     /// Memory regions by key index (limit: [`limits::MAX_MR`]).
     #[pin]
     pub(crate) mrs: IndexTable<MrInner>,
+    /// Queue pairs by number (limit: [`limits::MAX_QP`]).
+    #[pin]
+    pub(crate) qps: IndexTable<QpInner>,
 }
 
 /// Counts live objects of one kind against the limit the device advertises.
@@ -77,6 +81,7 @@ impl RxeDevice {
             cqs: ObjectCount::new(),
             next_pd_id: AtomicU32::new(1),
             mrs <- IndexTable::new(1, limits::MAX_MR),
+            qps <- IndexTable::new(limits::FIRST_QPN, limits::MAX_QP),
         }? Error)
     }
 
@@ -134,6 +139,14 @@ impl ib::Driver for RxeDevice {
         attr.max_cq = limits::MAX_CQ as i32;
         attr.max_cqe = limits::MAX_CQE as i32;
         attr.max_mr = limits::MAX_MR as i32;
+        attr.max_qp = limits::MAX_QP as i32;
+        attr.max_qp_wr = limits::MAX_QP_WR as i32;
+        attr.max_send_sge = limits::MAX_SGE as i32;
+        attr.max_recv_sge = limits::MAX_SGE as i32;
+        attr.max_sge_rd = limits::MAX_SGE as i32;
+        attr.max_qp_rd_atom = limits::MAX_RD_ATOMIC as i32;
+        attr.max_qp_init_rd_atom = limits::MAX_RD_ATOMIC as i32;
+        attr.max_res_rd_atom = (limits::MAX_RD_ATOMIC * limits::MAX_QP) as i32;
         attr.max_mr_size = limits::MAX_MR_SIZE;
         Ok(())
     }
@@ -215,6 +228,36 @@ impl ib::Driver for RxeDevice {
 
     fn destroy_cq(dev: &Device<Self>, _cq: &Cq<Self>) {
         dev.cqs.release();
+    }
+
+    type Qp = RxeQp;
+
+    fn create_qp(
+        dev: &Device<Self>,
+        pd: &Pd<Self>,
+        init: &mut QpInitAttr,
+        udata: &Udata<'_>,
+    ) -> Result<(impl PinInit<RxeQp, Error>, u32)> {
+        let mut qp = None;
+        let qpn = dev.qps.insert_with(|qpn| {
+            let inner = Arc::pin_init(QpInner::new(qpn, pd.id, init, udata)?, GFP_KERNEL)?;
+            qp = Some(RxeQp { inner: inner.clone() });
+            Ok(inner)
+        })?;
+        Ok((qp.ok_or(EINVAL)?, qpn))
+    }
+
+    fn modify_qp(_dev: &Device<Self>, qp: &Qp<Self>, attr: &QpAttr, mask: i32) -> Result {
+        qp.inner.modify(attr, mask)
+    }
+
+    fn query_qp(qp: &Qp<Self>, attr: &mut QpAttr, init: &mut QpInitAttr) -> Result {
+        qp.inner.query(attr, init);
+        Ok(())
+    }
+
+    fn destroy_qp(dev: &Device<Self>, qp: &Qp<Self>) {
+        dev.qps.remove(qp.inner.qpn);
     }
 
     type Mr = RxeMr;

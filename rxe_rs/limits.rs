@@ -28,3 +28,15 @@ pub(crate) const MAX_CQE: u32 = (1 << 15) - 1;
 pub(crate) const MAX_MR: u32 = (1 << 16) - 1;
 /// Largest MR.
 pub(crate) const MAX_MR_SIZE: u64 = 1 << 40;
+/// Queue pairs per device (QP numbers FIRST_QPN..FIRST_QPN + MAX_QP).
+pub(crate) const MAX_QP: u32 = 1 << 16;
+/// First QP number handed out: 0 and 1 are the special QPs, and rdma_rxe starts at 16 too.
+pub(crate) const FIRST_QPN: u32 = 16;
+/// Work requests per queue.
+pub(crate) const MAX_QP_WR: u32 = 1 << 14;
+/// Scatter/gather entries per work request.
+pub(crate) const MAX_SGE: u32 = 32;
+/// Inline data per send work request.
+pub(crate) const MAX_INLINE_DATA: u32 = 512;
+/// Outstanding RDMA READs per QP, as initiator and as responder.
+pub(crate) const MAX_RD_ATOMIC: u32 = 128;

@@ -17,6 +17,7 @@ mod link;
 mod mr;
 mod netdev_events;
 mod pd;
+mod qp;
 mod recv;
 mod table;
 

@@ -33,27 +33,39 @@ impl<T> IndexTable<T> {
 
     /// Stores `object` under a free index and returns the index; ENOMEM when full.
     pub(crate) fn insert(&self, object: Arc<T>) -> Result<u32> {
-        let mut t = self.inner.lock();
-        let slot = if t.next_free < t.free.len() {
-            let slot = t.free[t.next_free];
-            t.next_free += 1;
-            if t.next_free == t.free.len() {
-                // All reused: start over (the kernel's KVec has no clear()).
-                t.free = KVec::new();
-                t.next_free = 0;
+        self.insert_with(|_| Ok(object))
+    }
+
+    /// Stores the object `make` builds for a free index; the index is reserved (lookups find
+    /// nothing) while `make` runs, which may sleep. Returns the index.
+    pub(crate) fn insert_with(&self, make: impl FnOnce(u32) -> Result<Arc<T>>) -> Result<u32> {
+        let slot = {
+            let mut t = self.inner.lock();
+            if t.next_free < t.free.len() {
+                let slot = t.free[t.next_free];
+                t.next_free += 1;
+                slot
+            } else {
+                let slot = t.slots.len() as u32;
+                if slot >= self.max {
+                    return Err(ENOMEM);
+                }
+                t.slots.push(None, GFP_ATOMIC)?;
+                slot
             }
-            t.slots[slot as usize] = Some(object);
-            slot
-        } else {
-            let slot = t.slots.len() as u32;
-            if slot >= self.max {
-                return Err(ENOMEM);
-            }
-            // Under a spinlock: no sleeping allocation.
-            t.slots.push(Some(object), GFP_ATOMIC)?;
-            slot
         };
-        Ok(self.first + slot)
+        let index = self.first + slot;
+        match make(index) {
+            Ok(object) => {
+                self.inner.lock().slots[slot as usize] = Some(object);
+                Ok(index)
+            }
+            Err(e) => {
+                let mut t = self.inner.lock();
+                let _ = t.free.push(slot, GFP_ATOMIC);
+                Err(e)
+            }
+        }
     }
 
     /// The object at `index`.

@@ -7,7 +7,7 @@ DEV=rxers0
 verbs() { /usr/bin/python3 "$(dirname "$0")/guest/verbs.py" "$DEV" "$@"; }
 
 ktap_print_header
-ktap_set_plan 14
+ktap_set_plan 18
 reset_modules
 make_veth veth0 veth1 10.11.0.1/24
 rdma link add "$DEV" type rxe_rs netdev veth0
@@ -21,7 +21,10 @@ rdma resource show cq | sed 's/^/# /' | head -3
 check "MRs register with unique keys (lkey == rkey)" verbs mr_register_keys
 check "MR access errors: EINVAL / EOPNOTSUPP" verbs mr_bad_access
 check "MR limits are reported" verbs mr_limits_reported
-check "QP creation (not implemented yet): EOPNOTSUPP" verbs qp_unsupported
+check "UD and UC QPs (not implemented yet): EOPNOTSUPP" verbs qp_types_unsupported
+check "RC QPs: capacities, numbers, limits" verbs qp_caps
+check "RC QP state machine RESET-INIT-RTR-RTS-ERR-RESET, attributes, errnos" verbs qp_state_machine
+check "posting sends (datapath not implemented yet): EOPNOTSUPP" verbs post_send_unsupported
 
 # A process killed with a PD and CQs open: the core cleans up, the module can go.
 /usr/bin/python3 -c "
@@ -32,11 +35,14 @@ from pyverbs.cq import CQ
 from pyverbs.mr import MR
 ctx = Context(name='$DEV'); pd = PD(ctx); cqs = [CQ(ctx, 32) for _ in range(4)]
 mrs = [MR(pd, 1 << 20, 1) for _ in range(4)]
+from pyverbs.qp import QP, QPCap, QPInitAttr
+qps = [QP(pd, QPInitAttr(qp_type=2, scq=cqs[0], rcq=cqs[1], cap=QPCap(max_send_wr=64, max_recv_wr=64))) for _ in range(4)]
 os.kill(os.getpid(), signal.SIGKILL)"
 no_objects_left() { ! rdma resource show "$1" | grep -q "dev $DEV "; }
 check "a killed process's CQs are released" wait_for 10 no_objects_left cq
 check "a killed process's PD is released" wait_for 10 no_objects_left pd
 check "a killed process's MRs are released" wait_for 10 no_objects_left mr
+check "a killed process's QPs are released" wait_for 10 no_objects_left qp
 check "rdma link delete after that" rdma link delete "$DEV"
 check "rmmod after that" modprobe -r rxe_rs
 reset_modules

@@ -23,6 +23,10 @@ static CONTEXT_OPS: verbs_context_ops = verbs_context_ops {
     req_notify_cq: Some(crate::cq::req_notify_cq),
     reg_mr: Some(crate::mr::reg_mr),
     dereg_mr: Some(crate::mr::dereg_mr),
+    create_qp: Some(crate::qp::create_qp),
+    modify_qp: Some(crate::qp::modify_qp),
+    query_qp: Some(crate::qp::query_qp),
+    destroy_qp: Some(crate::qp::destroy_qp),
     ..ZERO_OPS
 };
 

@@ -12,6 +12,7 @@ pub mod device;
 pub mod ffi;
 pub mod mr;
 pub mod pd;
+pub mod qp;
 pub mod ring;
 
 /// Sets `errno` for verbs that report errors through it (those returning pointers).

@@ -34,6 +34,57 @@ pub(crate) type CqInitAttr = bindings::ib_cq_init_attr;
 pub(crate) type Pd<T> = CoreObject<bindings::ib_pd, <T as Driver>::Pd>;
 /// A completion queue of driver `T`.
 pub(crate) type Cq<T> = CoreObject<bindings::ib_cq, <T as Driver>::Cq>;
+/// A queue pair of driver `T`.
+pub(crate) type Qp<T> = CoreObject<bindings::ib_qp, <T as Driver>::Qp>;
+/// QP creation attributes (the driver writes the real capacities back into `cap`).
+pub(crate) type QpInitAttr = bindings::ib_qp_init_attr;
+/// QP attributes of modify/query: plain data, except the GRH's `sgid_attr` (see [`read_roce_av`]).
+pub(crate) type QpAttr = bindings::ib_qp_attr;
+
+/// `ib_modify_qp_is_ok`: is `cur -> next` with `mask` a legal transition for an RC QP?
+pub(crate) fn rc_transition_ok(cur: u32, next: u32, mask: i32) -> bool {
+    // SAFETY: a pure function of its arguments.
+    unsafe { bindings::ib_modify_qp_is_ok(cur, next, bindings::ib_qp_type_IB_QPT_RC, mask as u32) }
+}
+
+/// The RoCEv2 path in an address handle attribute: `None` without a GRH, or if the source GID
+/// is not a RoCEv2 (UDP-encapsulated) one.
+pub(crate) fn read_roce_av(ah: &bindings::rdma_ah_attr) -> Option<crate::proto::av::AddressVector> {
+    if ah.ah_flags as u32 & bindings::ib_ah_flags_IB_AH_GRH == 0 || ah.grh.sgid_attr.is_null() {
+        return None;
+    }
+    // SAFETY: the core holds a reference on `sgid_attr` for the duration of the verb; `ib_gid`
+    // is a 16-byte union of plain bytes.
+    let (gid_type, sgid, dgid) = unsafe {
+        let sgid_attr = &*ah.grh.sgid_attr;
+        (sgid_attr.gid_type, sgid_attr.gid.raw, ah.grh.dgid.raw)
+    };
+    if gid_type != bindings::ib_gid_type_IB_GID_TYPE_ROCE_UDP_ENCAP {
+        return None;
+    }
+    Some(crate::proto::av::AddressVector {
+        sgid,
+        dgid,
+        flow_label: ah.grh.flow_label,
+        hop_limit: ah.grh.hop_limit,
+        traffic_class: ah.grh.traffic_class,
+    })
+}
+
+/// Fills `ah` (of a query) with a RoCE path.
+pub(crate) fn write_roce_av(ah: &mut bindings::rdma_ah_attr, av: &crate::proto::av::AddressVector, sgid_index: u8, port: u32) {
+    ah.type_ = bindings::rdma_ah_attr_type_RDMA_AH_ATTR_TYPE_ROCE;
+    ah.ah_flags = bindings::ib_ah_flags_IB_AH_GRH as u8;
+    ah.port_num = port;
+    ah.grh.dgid.raw = av.dgid;
+    ah.grh.flow_label = av.flow_label;
+    ah.grh.hop_limit = av.hop_limit;
+    ah.grh.traffic_class = av.traffic_class;
+    ah.grh.sgid_index = sgid_index;
+    // The core's query path does not take a GID reference from us.
+    ah.grh.sgid_attr = core::ptr::null();
+}
+
 /// A memory region of driver `T` (allocated by the driver, unlike the others).
 pub(crate) type Mr<T> = CoreObject<bindings::ib_mr, <T as Driver>::Mr>;
 
@@ -105,6 +156,23 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     ) -> Result<(impl PinInit<Self::Cq, Error>, u32)>;
     /// Destroys a completion queue (dropped right after).
     fn destroy_cq(dev: &Device<Self>, cq: &Cq<Self>);
+    /// What a queue pair holds.
+    type Qp: Send + Sync;
+    /// Creates a QP; writes the real capacities into `init.cap`; returns the initialiser and
+    /// the QP number.
+    fn create_qp(
+        dev: &Device<Self>,
+        pd: &Pd<Self>,
+        init: &mut QpInitAttr,
+        udata: &Udata<'_>,
+    ) -> Result<(impl PinInit<Self::Qp, Error>, u32)>;
+    /// Applies the attributes of `mask` (and the state transition they ask for).
+    fn modify_qp(dev: &Device<Self>, qp: &Qp<Self>, attr: &QpAttr, mask: i32) -> Result;
+    /// Reports the QP's attributes and creation capacities.
+    fn query_qp(qp: &Qp<Self>, attr: &mut QpAttr, init: &mut QpInitAttr) -> Result;
+    /// Destroys a QP (dropped right after).
+    fn destroy_qp(dev: &Device<Self>, qp: &Qp<Self>);
+
     /// What a memory region holds.
     type Mr: Send + Sync;
     /// Registers `[start, start + len)` of the calling process at `iova`; returns the MR and its
@@ -433,6 +501,11 @@ impl<T: Driver> Adapter<T> {
             create_cq: Some(Self::create_cq),
             destroy_cq: Some(Self::destroy_cq),
             req_notify_cq: Some(Self::req_notify_cq),
+            create_qp: Some(Self::create_qp),
+            modify_qp: Some(Self::modify_qp),
+            query_qp: Some(Self::query_qp),
+            destroy_qp: Some(Self::destroy_qp),
+            size_ib_qp: core::mem::size_of::<Qp<T>>(),
             reg_user_mr: Some(Self::reg_user_mr),
             get_dma_mr: Some(Self::get_dma_mr),
             dereg_mr: Some(Self::dereg_mr),
@@ -582,6 +655,61 @@ impl<T: Driver> Adapter<T> {
         unsafe {
             T::destroy_cq(Self::dev((*cq).device), Cq::<T>::from_raw(cq));
             Cq::<T>::drop_in_place(cq);
+        }
+        0
+    }
+
+    unsafe extern "C" fn create_qp(
+        qp: *mut bindings::ib_qp,
+        init: *mut bindings::ib_qp_init_attr,
+        udata: *mut bindings::ib_udata,
+    ) -> kernel::ffi::c_int {
+        from_result(|| {
+            // SAFETY: a fresh QP allocation of `size_ib_qp` whose `device` and `pd` the core set;
+            // a valid init attr; the verb's udata.
+            unsafe {
+                let dev = Self::dev((*qp).device);
+                let pd = Pd::<T>::from_raw((*qp).pd);
+                let udata = Udata::from_raw(udata);
+                let (init_data, qpn) = T::create_qp(dev, pd, &mut *init, &udata)?;
+                CoreObject::init(qp, init_data)?;
+                (*qp).qp_num = qpn;
+            }
+            Ok(0)
+        })
+    }
+
+    unsafe extern "C" fn modify_qp(
+        qp: *mut bindings::ib_qp,
+        attr: *mut bindings::ib_qp_attr,
+        mask: kernel::ffi::c_int,
+        _udata: *mut bindings::ib_udata,
+    ) -> kernel::ffi::c_int {
+        from_result(|| {
+            // SAFETY: a live QP of ours and valid attributes.
+            unsafe { T::modify_qp(Self::dev((*qp).device), Qp::<T>::from_raw(qp), &*attr, mask)? };
+            Ok(0)
+        })
+    }
+
+    unsafe extern "C" fn query_qp(
+        qp: *mut bindings::ib_qp,
+        attr: *mut bindings::ib_qp_attr,
+        _mask: kernel::ffi::c_int,
+        init: *mut bindings::ib_qp_init_attr,
+    ) -> kernel::ffi::c_int {
+        from_result(|| {
+            // SAFETY: a live QP of ours and valid out-structs.
+            unsafe { T::query_qp(Qp::<T>::from_raw(qp), &mut *attr, &mut *init)? };
+            Ok(0)
+        })
+    }
+
+    unsafe extern "C" fn destroy_qp(qp: *mut bindings::ib_qp, _udata: *mut bindings::ib_udata) -> kernel::ffi::c_int {
+        // SAFETY: the core destroys a QP we initialised; nothing uses it afterwards.
+        unsafe {
+            T::destroy_qp(Self::dev((*qp).device), Qp::<T>::from_raw(qp));
+            Qp::<T>::drop_in_place(qp);
         }
         0
     }

@@ -57,13 +57,120 @@ def cq_with_channel_arms(ctx):
     channel.close()
 
 
-def qp_unsupported(ctx):
+def ipv4_gid_index(ctx):
+    for i in range(16):
+        try:
+            gid = ctx.query_gid(1, i)
+        except PyverbsRDMAError:
+            continue
+        if str(gid).startswith("0000:0000:0000:0000:0000:ffff:"):
+            return i, gid
+    sys.exit("no IPv4 GID")
+
+
+def new_rc_qp(ctx, pd, cq, **caps):
+    from pyverbs.qp import QP, QPCap, QPInitAttr
+    cap = QPCap(**{"max_send_wr": 8, "max_recv_wr": 8, "max_send_sge": 2, "max_recv_sge": 2, **caps})
+    return QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap))
+
+
+def qp_types_unsupported(ctx):
     from pyverbs.qp import QP, QPCap, QPInitAttr
     pd = PD(ctx)
     cq = CQ(ctx, 16)
     cap = QPCap(max_send_wr=4, max_recv_wr=4, max_send_sge=1, max_recv_sge=1)
-    attr = QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap)
-    expect_errno(errno.EOPNOTSUPP, QP, pd, attr)
+    for qpt in (e.IBV_QPT_UD, e.IBV_QPT_UC):
+        expect_errno(errno.EOPNOTSUPP, QP, pd, QPInitAttr(qp_type=qpt, scq=cq, rcq=cq, cap=cap))
+
+
+def qp_caps(ctx):
+    pd = PD(ctx)
+    cq = CQ(ctx, 16)
+    qp = new_rc_qp(ctx, pd, cq, max_send_wr=10, max_recv_wr=3, max_inline_data=64)
+    attr, init = qp.query(e.IBV_QP_CAP)
+    if init.cap.max_send_wr < 10 or init.cap.max_recv_wr < 3 or init.cap.max_inline_data < 64:
+        sys.exit(f"caps {init.cap.max_send_wr} {init.cap.max_recv_wr} {init.cap.max_inline_data}")
+    if qp.qp_num < 16 or qp.qp_state != e.IBV_QPS_RESET:
+        sys.exit(f"qpn {qp.qp_num} state {qp.qp_state}")
+    other = new_rc_qp(ctx, pd, cq)
+    if other.qp_num == qp.qp_num:
+        sys.exit("two QPs share a number")
+    dev = ctx.query_device()
+    from pyverbs.qp import QPCap
+    expect_errno(errno.EINVAL, lambda: new_rc_qp(ctx, pd, cq, max_send_wr=dev.max_qp_wr + 1))
+    expect_errno(errno.EINVAL, lambda: new_rc_qp(ctx, pd, cq, max_send_sge=dev.max_sge + 1))
+
+
+def qp_state_machine(ctx):
+    from pyverbs.qp import QPAttr
+    from pyverbs.addr import AHAttr, GlobalRoute
+    pd = PD(ctx)
+    cq = CQ(ctx, 16)
+    qp = new_rc_qp(ctx, pd, cq)
+    peer = new_rc_qp(ctx, pd, cq)
+    gid_index, gid = ipv4_gid_index(ctx)
+
+    # RESET -> RTR is not a legal transition.
+    bad = QPAttr(qp_state=e.IBV_QPS_RTR)
+    expect_errno(errno.EINVAL, qp.modify, bad, e.IBV_QP_STATE)
+
+    attr = QPAttr(qp_state=e.IBV_QPS_INIT)
+    attr.pkey_index = 0
+    attr.port_num = 1
+    attr.qp_access_flags = e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+    qp.modify(attr, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
+
+    # INIT -> RTR without its required attributes.
+    rtr = QPAttr(qp_state=e.IBV_QPS_RTR)
+    expect_errno(errno.EINVAL, qp.modify, rtr, e.IBV_QP_STATE)
+
+    rtr.path_mtu = e.IBV_MTU_1024
+    rtr.dest_qp_num = peer.qp_num
+    rtr.rq_psn = 0x123456
+    rtr.max_dest_rd_atomic = 16
+    rtr.min_rnr_timer = 12
+    rtr.ah_attr = AHAttr(is_global=1, port_num=1, gr=GlobalRoute(dgid=gid, sgid_index=gid_index, hop_limit=64))
+    mask_rtr = (e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN | e.IBV_QP_RQ_PSN
+                | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
+    qp.modify(rtr, mask_rtr)
+
+    rts = QPAttr(qp_state=e.IBV_QPS_RTS)
+    rts.timeout = 14
+    rts.retry_cnt = 8  # out of range
+    rts.rnr_retry = 7
+    rts.sq_psn = 0xabcdef
+    rts.max_rd_atomic = 16
+    mask_rts = (e.IBV_QP_STATE | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT | e.IBV_QP_RNR_RETRY | e.IBV_QP_SQ_PSN
+                | e.IBV_QP_MAX_QP_RD_ATOMIC)
+    expect_errno(errno.EINVAL, qp.modify, rts, mask_rts)
+    rts.retry_cnt = 7
+    qp.modify(rts, mask_rts)
+
+    got, _ = qp.query(e.IBV_QP_STATE | e.IBV_QP_SQ_PSN | e.IBV_QP_RQ_PSN | e.IBV_QP_DEST_QPN | e.IBV_QP_AV
+                      | e.IBV_QP_PATH_MTU | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT)
+    want = {"qp_state": e.IBV_QPS_RTS, "sq_psn": 0xabcdef, "rq_psn": 0x123456, "dest_qp_num": peer.qp_num,
+            "path_mtu": e.IBV_MTU_1024, "timeout": 14, "retry_cnt": 7}
+    for name, value in want.items():
+        if getattr(got, name) != value:
+            sys.exit(f"{name}: got {getattr(got, name)}, want {value}")
+    if str(got.ah_attr.dgid) != str(gid) or got.ah_attr.sgid_index != gid_index:
+        sys.exit(f"dgid {got.ah_attr.dgid} / {got.ah_attr.sgid_index} != {gid} / {gid_index}")
+
+    # Anything -> ERR -> RESET.
+    qp.modify(QPAttr(qp_state=e.IBV_QPS_ERR), e.IBV_QP_STATE)
+    qp.modify(QPAttr(qp_state=e.IBV_QPS_RESET), e.IBV_QP_STATE)
+    if qp.query(e.IBV_QP_STATE)[0].qp_state != e.IBV_QPS_RESET:
+        sys.exit("not back in RESET")
+
+
+def post_send_unsupported(ctx):
+    from pyverbs.wr import SGE, SendWR
+    pd = PD(ctx)
+    cq = CQ(ctx, 16)
+    qp = new_rc_qp(ctx, pd, cq)
+    mr = MR(pd, 64, e.IBV_ACCESS_LOCAL_WRITE)
+    wr = SendWR(opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(mr.buf, 8, mr.lkey)])
+    expect_errno(errno.EOPNOTSUPP, qp.post_send, wr)
 
 
 def mr_register_keys(ctx):
@@ -108,7 +215,8 @@ def many_cqs(ctx):
 
 CHECKS = {f.__name__: f for f in [pd_alloc_dealloc, cq_create_poll_empty, cq_bad_sizes,
                                    cq_with_channel_arms, many_cqs, mr_register_keys,
-                                   mr_bad_access, mr_limits_reported, qp_unsupported]}
+                                   mr_bad_access, mr_limits_reported, qp_types_unsupported,
+                                   qp_caps, qp_state_machine, post_send_unsupported]}
 
 if __name__ == "__main__":
     device, check = sys.argv[1], sys.argv[2]

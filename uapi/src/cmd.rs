@@ -26,3 +26,23 @@ const _: () = {
     assert!(core::mem::size_of::<MmapInfo>() == 16);
     assert!(core::mem::size_of::<CreateCqResp>() == 24);
 };
+
+/// Response to `create_qp`: the send and receive rings (both user-produced).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CreateQpResp {
+    /// Send queue ring.
+    pub sq: MmapInfo,
+    /// Receive queue ring.
+    pub rq: MmapInfo,
+    /// log2 of the SQ's slot count.
+    pub sq_log2_slots: u32,
+    /// Bytes per SQ slot.
+    pub sq_slot_size: u32,
+    /// log2 of the RQ's slot count.
+    pub rq_log2_slots: u32,
+    /// Bytes per RQ slot.
+    pub rq_slot_size: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<CreateQpResp>() == 48);

@@ -87,7 +87,7 @@ pub struct verbs_context_ops {
     pub create_cq_ex: UnusedOp,
     pub create_flow: UnusedOp,
     pub create_flow_action_esp: UnusedOp,
-    pub create_qp: UnusedOp,
+    pub create_qp: Option<unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp>,
     pub create_qp_ex: UnusedOp,
     pub create_rwq_ind_table: UnusedOp,
     pub create_srq: UnusedOp,
@@ -102,7 +102,7 @@ pub struct verbs_context_ops {
     pub destroy_cq: Option<unsafe extern "C" fn(*mut ibv_cq) -> c_int>,
     pub destroy_flow: UnusedOp,
     pub destroy_flow_action: UnusedOp,
-    pub destroy_qp: UnusedOp,
+    pub destroy_qp: Option<unsafe extern "C" fn(*mut ibv_qp) -> c_int>,
     pub destroy_rwq_ind_table: UnusedOp,
     pub destroy_srq: UnusedOp,
     pub destroy_wq: UnusedOp,
@@ -115,7 +115,7 @@ pub struct verbs_context_ops {
     pub import_pd: UnusedOp,
     pub modify_cq: UnusedOp,
     pub modify_flow_action_esp: UnusedOp,
-    pub modify_qp: UnusedOp,
+    pub modify_qp: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int>,
     pub modify_qp_rate_limit: UnusedOp,
     pub modify_srq: UnusedOp,
     pub modify_wq: UnusedOp,
@@ -136,7 +136,7 @@ pub struct verbs_context_ops {
     >,
     pub query_ece: UnusedOp,
     pub query_port: Option<unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr) -> c_int>,
-    pub query_qp: UnusedOp,
+    pub query_qp: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int, *mut ibv_qp_init_attr) -> c_int>,
     pub query_qp_data_in_order: UnusedOp,
     pub query_rt_values: UnusedOp,
     pub query_srq: UnusedOp,
@@ -183,6 +183,38 @@ pub struct verbs_mr {
     pub ibv_mr: ibv_mr,
     pub mr_type: u32,
     pub access: c_int,
+}
+
+/// `struct ibv_create_qp` (kern-abi.h).
+#[repr(C)]
+#[derive(Default)]
+pub struct ibv_create_qp {
+    pub hdr: ib_uverbs_cmd_hdr,
+    pub core: ib_uverbs_create_qp,
+}
+
+/// `struct ibv_modify_qp` (kern-abi.h).
+#[repr(C)]
+#[derive(Default)]
+pub struct ibv_modify_qp {
+    pub hdr: ib_uverbs_cmd_hdr,
+    pub core: ib_uverbs_modify_qp,
+}
+
+/// `struct ibv_query_qp` (kern-abi.h).
+#[repr(C)]
+#[derive(Default)]
+pub struct ibv_query_qp {
+    pub hdr: ib_uverbs_cmd_hdr,
+    pub core: ib_uverbs_query_qp,
+}
+
+/// `struct verbs_qp` (driver.h): the public QP (plain or extended), then private fields.
+#[repr(C)]
+pub struct verbs_qp {
+    pub qp_ex: ibv_qp_ex,
+    pub comp_mask: u32,
+    pub xrcd: *mut c_void,
 }
 
 /// `struct ibv_create_cq` (kern-abi.h).
@@ -262,6 +294,25 @@ extern "C" {
         resp_size: usize,
     ) -> c_int;
     pub fn ibv_cmd_destroy_cq(cq: *mut ibv_cq) -> c_int;
+    pub fn ibv_cmd_create_qp(
+        pd: *mut ibv_pd,
+        qp: *mut ibv_qp,
+        attr: *mut ibv_qp_init_attr,
+        cmd: *mut ibv_create_qp,
+        cmd_size: usize,
+        resp: *mut ib_uverbs_create_qp_resp,
+        resp_size: usize,
+    ) -> c_int;
+    pub fn ibv_cmd_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int, cmd: *mut ibv_modify_qp, cmd_size: usize) -> c_int;
+    pub fn ibv_cmd_query_qp(
+        qp: *mut ibv_qp,
+        attr: *mut ibv_qp_attr,
+        attr_mask: c_int,
+        init_attr: *mut ibv_qp_init_attr,
+        cmd: *mut ibv_query_qp,
+        cmd_size: usize,
+    ) -> c_int;
+    pub fn ibv_cmd_destroy_qp(qp: *mut ibv_qp) -> c_int;
     pub fn ibv_cmd_req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int;
     pub fn ibv_cmd_query_port(
         context: *mut ibv_context,
@@ -294,6 +345,11 @@ const _: () = {
     assert!(size_of::<ibv_query_port>() == 24);
     assert!(size_of::<ibv_alloc_pd>() == 16);
     assert!(size_of::<ibv_reg_mr>() == 48);
+    assert!(size_of::<ibv_create_qp>() == 64);
+    assert!(size_of::<ibv_modify_qp>() == 120);
+    assert!(size_of::<ibv_query_qp>() == 24);
+    assert!(size_of::<verbs_qp>() == 368);
+    assert!(offset_of!(verbs_qp, comp_mask) == 352);
     assert!(size_of::<verbs_mr>() == 56);
     assert!(size_of::<ibv_create_cq>() == 40);
 };

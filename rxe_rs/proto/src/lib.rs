@@ -5,6 +5,7 @@
 #![cfg_attr(not(MODULE), no_std)]
 
 pub mod addr;
+pub mod av;
 pub mod headers;
 pub mod icrc;
 pub mod mtu;
