@@ -612,11 +612,8 @@ impl<T: Driver> Adapter<T> {
             // devices, and the verb's udata.
             unsafe {
                 let dev = Self::dev((*pd).device);
-                let data = T::alloc_pd(dev, &Udata::from_raw(udata))?;
-                CoreObject::init(pd, kernel::init::init_from_closure(move |slot: *mut T::Pd| {
-                    slot.write(data);
-                    Ok(())
-                }))?;
+                // A plain value is its own initialiser.
+                CoreObject::init(pd, T::alloc_pd(dev, &Udata::from_raw(udata))?)?;
             }
             Ok(0)
         })
@@ -714,6 +711,14 @@ impl<T: Driver> Adapter<T> {
         0
     }
 
+    /// Turns a driver's MR (and key) into the `ib_mr` pointer, or ERR_PTR, the core expects.
+    fn mr_result(result: Result<(T::Mr, u32)>) -> *mut bindings::ib_mr {
+        match result.and_then(|(data, key)| Self::new_mr(data, key)) {
+            Ok(mr) => mr,
+            Err(e) => e.to_ptr(),
+        }
+    }
+
     /// Allocates the driver-owned `ib_mr` around `data` and fills in its keys.
     fn new_mr(data: T::Mr, key: u32) -> Result<*mut bindings::ib_mr> {
         let mr = KBox::new(
@@ -738,22 +743,14 @@ impl<T: Driver> Adapter<T> {
         udata: *mut bindings::ib_udata,
     ) -> *mut bindings::ib_mr {
         // SAFETY: a live PD of ours and the verb's udata.
-        let result = unsafe {
+        Self::mr_result(unsafe {
             T::reg_user_mr(Self::dev((*pd).device), Pd::<T>::from_raw(pd), start, len, iova, access, &Udata::from_raw(udata))
-        };
-        match result.and_then(|(data, key)| Self::new_mr(data, key)) {
-            Ok(mr) => mr,
-            Err(e) => e.to_ptr(),
-        }
+        })
     }
 
     unsafe extern "C" fn get_dma_mr(pd: *mut bindings::ib_pd, access: kernel::ffi::c_int) -> *mut bindings::ib_mr {
         // SAFETY: a live PD of ours.
-        let result = unsafe { T::get_dma_mr(Self::dev((*pd).device), Pd::<T>::from_raw(pd), access) };
-        match result.and_then(|(data, key)| Self::new_mr(data, key)) {
-            Ok(mr) => mr,
-            Err(e) => e.to_ptr(),
-        }
+        Self::mr_result(unsafe { T::get_dma_mr(Self::dev((*pd).device), Pd::<T>::from_raw(pd), access) })
     }
 
     unsafe extern "C" fn dereg_mr(mr: *mut bindings::ib_mr, _udata: *mut bindings::ib_udata) -> kernel::ffi::c_int {
