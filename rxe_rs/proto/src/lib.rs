@@ -11,4 +11,6 @@ pub mod icrc;
 pub mod mtu;
 pub mod opcode;
 pub mod psn;
+pub mod responder;
 pub mod segment;
+pub mod timers;
