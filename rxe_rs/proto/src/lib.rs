@@ -6,6 +6,7 @@
 
 pub mod addr;
 pub mod av;
+pub mod completer;
 pub mod headers;
 pub mod icrc;
 pub mod mtu;
