@@ -12,7 +12,7 @@ APT_PACKAGES=(
 	qemu-system-x86 python3-venv busybox-static
 	# RDMA user space: the reference tools and the provider's build deps
 	rdma-core ibverbs-utils ibverbs-providers libibverbs-dev librdmacm-dev perftest
-	python3-pyverbs rdmacm-utils iproute2 iperf3 ethtool procps
+	python3-pyverbs rdmacm-utils iproute2 iperf3 ethtool procps tcpdump iputils-ping
 	# benchmark plot
 	gnuplot-nox
 )

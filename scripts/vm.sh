@@ -9,6 +9,7 @@
 #     --cpus N --memory M       guest size (default 2 CPUs, 2G)
 #     --timeout S               kill the VM after S seconds (default 1800)
 #     --name NAME               guest hostname
+#     --rwdir DIR               a host directory the guest may write (e.g. results)
 #
 # KVM is used when it works on this machine; otherwise (or if a KVM guest hangs, as it does on some
 # nested setups) the VM runs under TCG. The probe result is cached per kernel.
@@ -17,6 +18,7 @@ source "$(dirname "$0")/lib/env.sh"
 
 flavor=debug cpus=2 memory=2G timeout_s=1800 name=rxe-vm
 nics=()
+rwdirs=()
 while (($#)); do
 	case $1 in
 	--flavor) flavor=$2; shift 2 ;;
@@ -25,6 +27,7 @@ while (($#)); do
 	--memory) memory=$2; shift 2 ;;
 	--timeout) timeout_s=$2; shift 2 ;;
 	--name) name=$2; shift 2 ;;
+	--rwdir) rwdirs+=(--rwdir "$2"); shift 2 ;;
 	--) shift; break ;;
 	*) echo "vm.sh: unknown option $1" >&2; exit 2 ;;
 	esac
@@ -75,6 +78,6 @@ for i in "${!nics[@]}"; do
 done
 
 cmd=$(printf '%q ' "$@")
-exec timeout --kill-after=10 "$timeout_s" "${vng_base[@]}" $(accel_flag) \
+exec timeout --kill-after=10 "$timeout_s" "${vng_base[@]}" $(accel_flag) "${rwdirs[@]}" \
 	${qemu_opts:+--qemu-opts "$qemu_opts"} \
 	--exec "export RXE_RS_ROOT=$RXE_RS_ROOT KDIR=$kdir; $cmd"

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Two VMs joined by a point-to-point Ethernet link (QEMU socket backend over UDP on 127.0.0.1),
+# each running its own script. Guest A gets 10.10.0.1/24 and fd10::1/64 on the link, guest B .2 /
+# ::2; the scripts find the link with `pair_link` from selftests/guest/pair.sh.
+#
+#   vm-pair.sh [--flavor F] [--timeout S] RESULTS_DIR -- SCRIPT_A [ARGS] -- SCRIPT_B [ARGS]
+#
+# Both guests may write RESULTS_DIR. Exits non-zero if either guest's script fails.
+set -euo pipefail
+source "$(dirname "$0")/lib/env.sh"
+
+flavor=debug timeout_s=1800
+while [[ $1 == --* && $1 != -- ]]; do
+	case $1 in
+	--flavor) flavor=$2; shift 2 ;;
+	--timeout) timeout_s=$2; shift 2 ;;
+	*) echo "vm-pair.sh: unknown option $1" >&2; exit 2 ;;
+	esac
+done
+results=$1
+shift
+[[ $1 == -- ]] || { echo "usage: vm-pair.sh RESULTS -- A... -- B..." >&2; exit 2; }
+shift
+a=()
+while (($#)) && [[ $1 != -- ]]; do a+=("$1"); shift; done
+shift
+b=("$@")
+mkdir -p "$results"
+
+# A free pair of UDP ports on the loopback for this link.
+port_a=$((20000 + RANDOM % 20000))
+port_b=$((port_a + 1))
+common=(--flavor "$flavor" --timeout "$timeout_s" --cpus 1 --memory 2G --rwdir "$results")
+"$RXE_RS_ROOT/scripts/vm.sh" "${common[@]}" --name rxe-a --nic "52:54:00:10:00:01,$port_a,$port_b" \
+	-- env PAIR_ROLE=a PAIR_RESULTS="$results" "${a[@]}" >"$results/vm-a.log" 2>&1 &
+pid_a=$!
+"$RXE_RS_ROOT/scripts/vm.sh" "${common[@]}" --name rxe-b --nic "52:54:00:10:00:02,$port_b,$port_a" \
+	-- env PAIR_ROLE=b PAIR_RESULTS="$results" "${b[@]}" >"$results/vm-b.log" 2>&1 &
+pid_b=$!
+rc=0
+wait "$pid_a" || rc=1
+wait "$pid_b" || rc=1
+exit $rc
