@@ -2,10 +2,11 @@
 //! The rxe_rs `ib_device`: attributes, and a port whose state follows the netdev.
 
 use crate::{
+    counters::{self, Counters},
     cq::RxeCq,
     kext::{
         bindings,
-        ib::{self, Cq, CqInitAttr, Device, DeviceAttr, Mr, Pd, PortAttr, PortImmutable, Qp, QpAttr, QpInitAttr},
+        ib::{self, Cq, CqInitAttr, Device, DeviceAttr, Mr, Pd, PortAttr, PortImmutable, Qp, QpAttr, QpInitAttr, StatDesc},
         umem::random_u32,
         netdev::NetDevice,
         object::Udata,
@@ -45,6 +46,8 @@ pub(crate) struct RxeDevice {
     /// Queue pairs by number (limit: [`limits::MAX_QP`]).
     #[pin]
     pub(crate) qps: IndexTable<QpInner>,
+    /// Port counters.
+    pub(crate) counters: Counters,
 }
 
 /// Counts live objects of one kind against the limit the device advertises.
@@ -82,6 +85,7 @@ impl RxeDevice {
             next_pd_id: AtomicU32::new(1),
             mrs <- IndexTable::new(1, limits::MAX_MR),
             qps <- IndexTable::new(limits::FIRST_QPN, limits::MAX_QP),
+            counters: Counters::new(),
         }? Error)
     }
 
@@ -199,6 +203,12 @@ impl ib::Driver for RxeDevice {
             return Err(EINVAL);
         }
         Ok(limits::DEFAULT_PKEY)
+    }
+
+    const PORT_COUNTERS: &'static [StatDesc] = &counters::NAMES;
+
+    fn read_port_counters(dev: &Device<Self>, _port: u32, values: &mut [u64]) {
+        dev.counters.read(values);
     }
 
     type Pd = RxePd;

@@ -1,27 +1,45 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The receive side of UDP port 4791.
 
-use crate::kext::{
-    errno::eaddrinuse,
-    skb::SkBuff,
-    udp_tunnel::{EncapReceiver, UdpTunnel},
+use crate::{
+    counters::Counter,
+    device::RxeDevice,
+    kext::{
+        crc::KernelCrc32,
+        errno::eaddrinuse,
+        ib::Device,
+        skb::SkBuff,
+        udp_tunnel::{EncapReceiver, UdpTunnel},
+    },
+    proto::packet::{self, DropReason},
 };
-use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::prelude::*;
 
 /// The RoCEv2 UDP destination port (IANA).
 pub(crate) const ROCE_V2_UDP_DPORT: u16 = 4791;
 
-/// Datagrams received and dropped (no QP can take them yet).
-static DROPPED: AtomicU64 = AtomicU64::new(0);
-
-/// Takes the datagrams of both sockets.
+/// Takes the datagrams of both sockets (softirq).
 pub(crate) struct Receiver;
 
 impl EncapReceiver for Receiver {
-    fn receive(skb: SkBuff) {
-        DROPPED.fetch_add(1, Ordering::Relaxed);
-        pr_debug!("dropped a {}-byte datagram: no QP\n", skb.len());
+    fn receive(mut skb: SkBuff) {
+        // Datagrams arriving on a netdev without an rxe_rs device are not ours to count.
+        let Some(dev) = skb.netdev().and_then(Device::<RxeDevice>::get_by_netdev) else {
+            return;
+        };
+        let outcome = match skb.ip_datagram() {
+            Err(_) => Counter::RcvdMalformed,
+            Ok(ip) => match packet::parse(ip, &KernelCrc32) {
+                Err(DropReason::Malformed) => Counter::RcvdMalformed,
+                Err(DropReason::BadIcrc) => Counter::RcvdIcrcErr,
+                // No QP takes packets yet (the RC datapath is the next step): count and drop.
+                Ok(d) => match dev.qps.get(d.bth.dest_qp) {
+                    None => Counter::RcvdUnknownQp,
+                    Some(_qp) => Counter::RcvdPkts,
+                },
+            },
+        };
+        dev.counters.inc(outcome);
     }
 }
 

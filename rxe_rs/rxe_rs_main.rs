@@ -9,6 +9,7 @@
 //! - the driver: [`device`] (the `ib_device`), [`link`] (`rdma link add`), [`netdev_events`]
 //!   (port state follows the netdev), [`recv`] (the UDP 4791 receive path).
 
+mod counters;
 mod cq;
 mod device;
 mod kext;

@@ -3,7 +3,8 @@
 //! Lookups hand out an `Arc`, so an object outlives its removal from the table for as long as
 //! an operation in flight still uses it.
 
-use kernel::{new_spinlock, prelude::*, sync::Arc, sync::SpinLock};
+use crate::kext::lock::{new_spinlock_bh, SpinLockBh};
+use kernel::{prelude::*, sync::Arc};
 
 struct Slots<T> {
     slots: KVec<Option<Arc<T>>>,
@@ -17,8 +18,9 @@ struct Slots<T> {
 pub(crate) struct IndexTable<T> {
     first: u32,
     max: u32,
+    /// BH-safe: the receive path looks QPs up in softirq.
     #[pin]
-    inner: SpinLock<Slots<T>>,
+    inner: SpinLockBh<Slots<T>>,
 }
 
 impl<T> IndexTable<T> {
@@ -27,7 +29,7 @@ impl<T> IndexTable<T> {
         pin_init!(Self {
             first,
             max,
-            inner <- new_spinlock!(Slots { slots: KVec::new(), free: KVec::new(), next_free: 0 }, "rxe_rs_table"),
+            inner <- new_spinlock_bh!(Slots { slots: KVec::new(), free: KVec::new(), next_free: 0 }, "rxe_rs_table"),
         })
     }
 

@@ -70,9 +70,34 @@ void rxe_rs_helper_kfree_skb(struct sk_buff *skb)
 	kfree_skb(skb);
 }
 
+int rxe_rs_helper_skb_linearize(struct sk_buff *skb)
+{
+	return skb_linearize(skb);
+}
+
+unsigned char *rxe_rs_helper_skb_network_header(const struct sk_buff *skb)
+{
+	return skb_network_header(skb);
+}
+
+struct net_device *rxe_rs_helper_skb_dev(const struct sk_buff *skb)
+{
+	return skb->dev;
+}
+
 struct ib_device *rxe_rs_helper_ib_alloc_device(size_t size)
 {
 	return _ib_alloc_device(size);
+}
+
+void rxe_rs_helper_spin_lock_bh(spinlock_t *lock)
+{
+	spin_lock_bh(lock);
+}
+
+void rxe_rs_helper_spin_unlock_bh(spinlock_t *lock)
+{
+	spin_unlock_bh(lock);
 }
 
 /* Serialises newlink: "is this netdev or name taken?" and the registration are one step. */

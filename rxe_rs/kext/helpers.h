@@ -25,9 +25,15 @@ int rxe_rs_helper_udp_sock_create(bool ipv6, __be16 port, struct socket **sockp)
 void rxe_rs_helper_setup_udp_tunnel(struct socket *sock,
 				    int (*encap_rcv)(struct sock *sk, struct sk_buff *skb));
 void rxe_rs_helper_kfree_skb(struct sk_buff *skb);
+int rxe_rs_helper_skb_linearize(struct sk_buff *skb);
+unsigned char *rxe_rs_helper_skb_network_header(const struct sk_buff *skb);
+struct net_device *rxe_rs_helper_skb_dev(const struct sk_buff *skb);
 
 struct ib_device *rxe_rs_helper_ib_alloc_device(size_t size);
 bool rxe_rs_helper_ib_device_try_get(struct ib_device *dev);
+
+void rxe_rs_helper_spin_lock_bh(spinlock_t *lock);
+void rxe_rs_helper_spin_unlock_bh(spinlock_t *lock);
 
 void rxe_rs_helper_link_lock(void);
 void rxe_rs_helper_link_unlock(void);

@@ -85,6 +85,20 @@ pub(crate) fn write_roce_av(ah: &mut bindings::rdma_ah_attr, av: &crate::proto::
     ah.grh.sgid_attr = core::ptr::null();
 }
 
+/// The name of one hardware counter (`rdma statistic show`), for a `static` table.
+#[repr(transparent)]
+pub(crate) struct StatDesc(bindings::rdma_stat_desc);
+
+// SAFETY: immutable after construction; the name is a `'static` C string.
+unsafe impl Sync for StatDesc {}
+
+impl StatDesc {
+    /// A counter called `name`.
+    pub(crate) const fn new(name: &'static CStr) -> Self {
+        Self(bindings::rdma_stat_desc { name: name.as_char_ptr(), flags: 0, priv_: core::ptr::null() })
+    }
+}
+
 /// A memory region of driver `T` (allocated by the driver, unlike the others).
 pub(crate) type Mr<T> = CoreObject<bindings::ib_mr, <T as Driver>::Mr>;
 
@@ -137,6 +151,11 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
 
     /// The P_Key at `index` of `port`'s table.
     fn query_pkey(dev: &Device<Self>, port: u32, index: u16) -> Result<u16>;
+
+    /// The per-port hardware counters, by name.
+    const PORT_COUNTERS: &'static [StatDesc];
+    /// Reads the port counters, in the order of [`Driver::PORT_COUNTERS`].
+    fn read_port_counters(dev: &Device<Self>, port: u32, values: &mut [u64]);
 
     /// What a protection domain holds.
     type Pd: Send + Sync;
@@ -496,6 +515,8 @@ impl<T: Driver> Adapter<T> {
             dealloc_ucontext: Some(Self::dealloc_ucontext),
             mmap: Some(mmap::mmap),
             mmap_free: Some(mmap::mmap_free),
+            alloc_hw_port_stats: Some(Self::alloc_hw_port_stats),
+            get_hw_stats: Some(Self::get_hw_stats),
             alloc_pd: Some(Self::alloc_pd),
             dealloc_pd: Some(Self::dealloc_pd),
             create_cq: Some(Self::create_cq),
@@ -604,6 +625,35 @@ impl<T: Driver> Adapter<T> {
     unsafe fn dev<'a>(ib: *mut bindings::ib_device) -> &'a Device<T> {
         // SAFETY: per the caller.
         unsafe { Device::<T>::from_raw(ib) }
+    }
+
+    unsafe extern "C" fn alloc_hw_port_stats(_ib: *mut bindings::ib_device, _port: u32) -> *mut bindings::rdma_hw_stats {
+        let descs = T::PORT_COUNTERS;
+        // SAFETY: `descs` is a 'static array of `rdma_stat_desc` (transparent wrappers); the
+        // core frees the returned struct.
+        unsafe {
+            bindings::rdma_alloc_hw_stats_struct(
+                descs.as_ptr().cast(),
+                descs.len() as i32,
+                bindings::RDMA_HW_STATS_DEFAULT_LIFESPAN as _,
+            )
+        }
+    }
+
+    unsafe extern "C" fn get_hw_stats(
+        ib: *mut bindings::ib_device,
+        stats: *mut bindings::rdma_hw_stats,
+        port: u32,
+        _index: kernel::ffi::c_int,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: a live device and the stats struct from `alloc_hw_port_stats`, whose
+        // `value` array has `num_counters` entries; the core holds its lock.
+        unsafe {
+            let n = (*stats).num_counters as usize;
+            let values = (*stats).value.as_mut_slice(n);
+            T::read_port_counters(Self::dev(ib), port, values);
+            n as i32
+        }
     }
 
     unsafe extern "C" fn alloc_pd(pd: *mut bindings::ib_pd, udata: *mut bindings::ib_udata) -> kernel::ffi::c_int {

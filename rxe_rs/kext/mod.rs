@@ -8,9 +8,11 @@
 //! registrations are RAII objects that unregister on drop.
 
 pub(crate) mod bindings;
+pub(crate) mod crc;
 pub(crate) mod errno;
 pub(crate) mod ib;
 pub(crate) mod link;
+pub(crate) mod lock;
 pub(crate) mod mmap;
 pub(crate) mod netdev;
 pub(crate) mod object;

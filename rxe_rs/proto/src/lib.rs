@@ -11,6 +11,7 @@ pub mod headers;
 pub mod icrc;
 pub mod mtu;
 pub mod opcode;
+pub mod packet;
 pub mod psn;
 pub mod responder;
 pub mod segment;

@@ -1,0 +1,154 @@
+//! Validating a received RoCEv2 datagram before anything is looked up from it: lengths, BTH
+//! version, known opcode, header room, ICRC (rdma_rxe once computed lengths from an unknown
+//! opcode and read out of bounds: here nothing is trusted before it is checked).
+
+use super::{
+    headers::Bth,
+    icrc::{icrc, Crc32, IPV4_HDR_BYTES, IPV6_HDR_BYTES, UDP_HDR_BYTES},
+    opcode::{OpInfo, BTH_BYTES, ICRC_BYTES},
+};
+
+/// RoCEv2's UDP destination port.
+pub const ROCE_V2_PORT: u16 = 4791;
+
+/// Why a datagram was dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DropReason {
+    /// Not a well-formed RoCEv2 packet (lengths, version, unknown opcode, IP options...).
+    Malformed,
+    /// The invariant CRC does not match.
+    BadIcrc,
+}
+
+/// A datagram that passed every check.
+#[derive(Debug)]
+pub struct Datagram<'a> {
+    /// Its base transport header.
+    pub bth: Bth,
+    /// What its opcode carries.
+    pub info: OpInfo,
+    /// The extended transport headers (after the BTH, before the payload).
+    pub ext_headers: &'a [u8],
+    /// The payload, without pad.
+    pub payload: &'a [u8],
+}
+
+fn be16(b: &[u8]) -> u16 {
+    u16::from_be_bytes([b[0], b[1]])
+}
+
+/// Checks the IP datagram `ip` (from the IP header to the end of the buffer, which may be longer
+/// than the datagram) and returns its parts.
+pub fn parse<'a>(ip: &'a [u8], crc: &impl Crc32) -> Result<Datagram<'a>, DropReason> {
+    use DropReason::Malformed;
+    let (ip_len, total) = match ip.first().map(|b| b >> 4) {
+        Some(4) if ip.len() >= IPV4_HDR_BYTES => {
+            // No IP options: neither rdma_rxe nor RoCE NICs send them.
+            if ip[0] & 0xf != 5 || ip[9] != 17 {
+                return Err(Malformed);
+            }
+            (IPV4_HDR_BYTES, be16(&ip[2..]) as usize)
+        }
+        Some(6) if ip.len() >= IPV6_HDR_BYTES => {
+            if ip[6] != 17 {
+                return Err(Malformed);
+            }
+            (IPV6_HDR_BYTES, IPV6_HDR_BYTES + be16(&ip[4..]) as usize)
+        }
+        _ => return Err(Malformed),
+    };
+    let pkt = ip.get(..total).ok_or(Malformed)?;
+    let udp = pkt.get(ip_len..).ok_or(Malformed)?;
+    if udp.len() < UDP_HDR_BYTES + BTH_BYTES + ICRC_BYTES
+        || be16(&udp[4..]) as usize != udp.len()
+        || be16(&udp[2..]) != ROCE_V2_PORT
+    {
+        return Err(Malformed);
+    }
+    let transport = &udp[UDP_HDR_BYTES..];
+    let bth = Bth::parse(transport).ok_or(Malformed)?;
+    let info = bth.op().info().ok_or(Malformed)?;
+    let header_len = info.header_len();
+    let payload_end = transport
+        .len()
+        .checked_sub(ICRC_BYTES + bth.pad as usize)
+        .filter(|&end| end >= header_len)
+        .ok_or(Malformed)?;
+    let (body, wire_icrc) = pkt.split_at(pkt.len() - ICRC_BYTES);
+    let wire_icrc = u32::from_le_bytes([wire_icrc[0], wire_icrc[1], wire_icrc[2], wire_icrc[3]]);
+    if icrc(crc, body) != Some(wire_icrc) {
+        return Err(DropReason::BadIcrc);
+    }
+    Ok(Datagram {
+        bth,
+        info,
+        ext_headers: &transport[BTH_BYTES..header_len],
+        payload: &transport[header_len..payload_end],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use crate::icrc::SoftCrc32;
+    use std::vec::Vec;
+
+    /// A valid IPv4 SEND ONLY of `payload`, with ICRC.
+    fn send_only(payload: &[u8]) -> Vec<u8> {
+        let pad = (4 - payload.len() % 4) % 4;
+        let udp_len = 8 + 12 + payload.len() + pad + 4;
+        let mut p = std::vec![0u8; 20 + udp_len];
+        p[0] = 0x45;
+        p[2..4].copy_from_slice(&((20 + udp_len) as u16).to_be_bytes());
+        p[8] = 64;
+        p[9] = 17;
+        p[12..16].copy_from_slice(&[10, 0, 0, 1]);
+        p[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        p[20..22].copy_from_slice(&0xc000u16.to_be_bytes());
+        p[22..24].copy_from_slice(&4791u16.to_be_bytes());
+        p[24..26].copy_from_slice(&(udp_len as u16).to_be_bytes());
+        let bth = Bth { opcode: 0x04, pad: pad as u8, pkey: 0xffff, dest_qp: 0x11, psn: crate::psn::Psn::new(7), ..Default::default() };
+        bth.write(&mut p[28..40]);
+        p[40..40 + payload.len()].copy_from_slice(payload);
+        let n = p.len();
+        let crc = icrc(&SoftCrc32, &p[..n - 4]).unwrap();
+        p[n - 4..].copy_from_slice(&crc.to_le_bytes());
+        p
+    }
+
+    #[test]
+    fn a_good_packet_parses() {
+        let p = send_only(b"hello");
+        let d = parse(&p, &SoftCrc32).unwrap();
+        assert_eq!(d.payload, b"hello");
+        assert_eq!(d.bth.dest_qp, 0x11);
+        assert!(d.ext_headers.is_empty());
+        // Trailing bytes after the datagram (Ethernet padding) are ignored.
+        let mut longer = p.clone();
+        longer.extend_from_slice(&[0; 6]);
+        assert!(parse(&longer, &SoftCrc32).is_ok());
+    }
+
+    #[test]
+    fn every_kind_of_damage_is_dropped() {
+        let good = send_only(b"hello");
+        let damaged = |f: &dyn Fn(&mut Vec<u8>)| {
+            let mut p = good.clone();
+            f(&mut p);
+            parse(&p, &SoftCrc32).err()
+        };
+        assert_eq!(damaged(&|p| p[44] ^= 1), Some(DropReason::BadIcrc), "payload bit flip");
+        assert_eq!(damaged(&|p| p[28] = 0x1f), Some(DropReason::Malformed), "unknown opcode");
+        assert_eq!(damaged(&|p| p[29] |= 1), Some(DropReason::Malformed), "transport version");
+        assert_eq!(damaged(&|p| p[0] = 0x46), Some(DropReason::Malformed), "IP options");
+        assert_eq!(damaged(&|p| p[9] = 6), Some(DropReason::Malformed), "not UDP");
+        assert_eq!(damaged(&|p| p[22] = 0), Some(DropReason::Malformed), "other port");
+        assert_eq!(damaged(&|p| p[25] += 1), Some(DropReason::Malformed), "UDP length");
+        assert_eq!(damaged(&|p| p[3] += 4), Some(DropReason::Malformed), "IP length beyond the buffer");
+        assert_eq!(damaged(&|p| p[28] = 0x0a), Some(DropReason::Malformed), "RETH does not fit");
+        assert_eq!(damaged(&|p| p.truncate(30)), Some(DropReason::Malformed), "truncated");
+        assert_eq!(parse(&[], &SoftCrc32).err(), Some(DropReason::Malformed));
+        assert_eq!(parse(&[0x45], &SoftCrc32).err(), Some(DropReason::Malformed));
+    }
+}

@@ -1,0 +1,62 @@
+"""Sends one crafted RoCEv2 datagram over raw IPv4, to exercise the receive path.
+
+Usage: roce_send.py SRC_IP DST_IP QPN KIND [COUNT]
+KIND: valid | bad_icrc | truncated | bad_opcode | garbage
+"""
+import os
+import random
+import socket
+import struct
+import sys
+import zlib
+
+ICRC_SEED = 0xDEBB20E3
+
+
+def icrc(pkt):
+    """The RoCEv2 ICRC of an IPv4 packet (IP header to payload), little-endian on the wire."""
+    m = bytearray(pkt[:40])
+    m[1] = 0xFF                 # TOS
+    m[8] = 0xFF                 # TTL
+    m[10:12] = b"\xff\xff"      # IP checksum
+    m[26:28] = b"\xff\xff"      # UDP checksum
+    m[32] = 0xFF                # BTH resv8a
+    return zlib.crc32(bytes(m) + pkt[40:], ~ICRC_SEED & 0xFFFFFFFF)
+
+
+def datagram(src, dst, qpn, opcode=0x04, payload=b"rxe_rs!!", psn=0):
+    udp_len = 8 + 12 + len(payload) + 4
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + udp_len, 0x1234, 0x4000, 64, 17, 0,
+                     socket.inet_aton(src), socket.inet_aton(dst))
+    udp = struct.pack("!HHHH", 0xC000, 4791, udp_len, 0)
+    bth = struct.pack("!BBHI I", opcode, 0x40, 0xFFFF, qpn & 0xFFFFFF, psn & 0xFFFFFF)
+    body = ip + udp + bth + payload
+    return body + struct.pack("<I", icrc(body))
+
+
+def main():
+    src, dst, qpn, kind = sys.argv[1], sys.argv[2], int(sys.argv[3], 0), sys.argv[4]
+    count = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+    s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+    rng = random.Random(4791)
+    for _ in range(count):
+        pkt = bytearray(datagram(src, dst, qpn))
+        if kind == "bad_icrc":
+            pkt[-1] ^= 0xFF
+        elif kind == "truncated":
+            pkt = bytearray(datagram(src, dst, qpn, payload=b""))[:20 + 8 + 10]
+            pkt[2:4] = struct.pack("!H", len(pkt))
+            pkt[24:26] = struct.pack("!H", len(pkt) - 20)
+        elif kind == "bad_opcode":
+            pkt = bytearray(datagram(src, dst, qpn, opcode=0x1F))
+        elif kind == "garbage":
+            # A valid IP/UDP envelope around random bytes of random length.
+            junk = bytes(rng.getrandbits(8) for _ in range(rng.randrange(0, 300)))
+            pkt = bytearray(datagram(src, dst, qpn)[:28] + junk)
+            pkt[2:4] = struct.pack("!H", len(pkt))
+            pkt[24:26] = struct.pack("!H", len(pkt) - 20)
+        s.sendto(bytes(pkt), (dst, 0))
+
+
+if __name__ == "__main__":
+    main()

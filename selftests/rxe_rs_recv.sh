@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+# The receive path drops bad datagrams and counts why: crafted RoCEv2 packets (raw IPv4 from a
+# peer namespace, so they arrive on the device's netdev) must move the matching counter of
+# `rdma statistic`, and a burst of random garbage must not hurt the kernel.
+source "$(dirname "$0")/guest/lib.sh"
+DEV=rxers0
+here=$(dirname "$0")
+
+ktap_print_header
+ktap_set_plan 8
+reset_modules
+ip netns del rxpeer 2>/dev/null
+ip netns add rxpeer
+ip link add veth0 type veth peer name veth1
+ip link set veth1 netns rxpeer
+ip addr add 10.11.0.1/24 dev veth0
+ip link set veth0 up
+ip netns exec rxpeer ip addr add 10.11.0.2/24 dev veth1
+ip netns exec rxpeer ip link set veth1 up
+rdma link add "$DEV" type rxe_rs netdev veth0
+
+counter() { rdma statistic show link "$DEV/1" | grep -oE "(^| )$1 [0-9]+" | awk '{print $2}'; }
+counter_is() { [[ $(counter "$1") == "$2" ]]; }
+send() { ip netns exec rxpeer /usr/bin/python3 "$here/guest/roce_send.py" 10.11.0.2 10.11.0.1 "$@"; }
+
+rdma statistic show link "$DEV/1" | sed 's/^/# /'
+check "the port counters exist and start at 0" bash -c \
+	"for c in rcvd_pkts rcvd_malformed rcvd_icrc_err rcvd_unknown_qp; do rdma statistic show link $DEV/1 | grep -qE \"\$c 0( |\\\$)\" || exit 1; done"
+
+send 0x123456 valid
+check "a valid packet for no QP counts in rcvd_unknown_qp" wait_for 10 counter_is rcvd_unknown_qp 1
+send 0x123456 bad_icrc
+check "a bad ICRC counts in rcvd_icrc_err" wait_for 10 counter_is rcvd_icrc_err 1
+send 0x123456 truncated
+check "a truncated packet counts in rcvd_malformed" wait_for 10 counter_is rcvd_malformed 1
+send 0x123456 bad_opcode
+check "an unknown opcode counts in rcvd_malformed" wait_for 10 counter_is rcvd_malformed 2
+
+# A packet for a live QP: a process holds one and tells us its number.
+coproc QPHOLDER { /usr/bin/python3 -u -c "
+from pyverbs.device import Context
+from pyverbs.pd import PD
+from pyverbs.cq import CQ
+from pyverbs.qp import QP, QPCap, QPInitAttr
+ctx = Context(name='$DEV'); pd = PD(ctx); cq = CQ(ctx, 8)
+qp = QP(pd, QPInitAttr(qp_type=2, scq=cq, rcq=cq, cap=QPCap()))
+print(qp.qp_num, flush=True)
+input()"; }
+read -r -t 60 qpn <&"${QPHOLDER[0]}"
+send "$qpn" valid
+check "a valid packet for a live QP ($qpn) counts in rcvd_pkts" wait_for 10 counter_is rcvd_pkts 1
+echo >&"${QPHOLDER[1]}"
+wait "$QPHOLDER_PID"
+
+before=$(( $(counter rcvd_malformed) + $(counter rcvd_icrc_err) ))
+send 0x123456 garbage 2000
+all_counted() { (( $(counter rcvd_malformed) + $(counter rcvd_icrc_err) - before == 2000 )); }
+check "2000 random datagrams are all dropped and counted" wait_for 30 all_counted
+rdma statistic show link "$DEV/1" | sed 's/^/# /'
+check "the device still works after that" bash -c "ibv_devinfo -d $DEV | grep -q PORT_ACTIVE"
+
+rdma link delete "$DEV"
+ip netns del rxpeer
+reset_modules
+ktap_finished
