@@ -16,23 +16,40 @@ pub(crate) enum Counter {
     RcvdIcrcErr,
     /// Dropped: no such QP.
     RcvdUnknownQp,
+    /// Dropped: the QP is not in RTR or RTS.
+    RcvdQpNotReady,
+    /// Dropped: an operation the responder does not implement yet.
+    RcvdUnsupported,
+    /// Dropped: duplicate or out-of-sequence PSN.
+    RcvdSeqErr,
+    /// Dropped: invalid request (opcode sequence, length, corrupt receive queue).
+    RcvdInvalidRequest,
+    /// Dropped: a SEND found no receive WQE (receiver not ready).
+    RcvdRnr,
 }
 
 /// Their names, in `Counter` order.
-pub(crate) static NAMES: [StatDesc; 4] = [
+pub(crate) static NAMES: [StatDesc; COUNT] = [
     StatDesc::new(c_str!("rcvd_pkts")),
     StatDesc::new(c_str!("rcvd_malformed")),
     StatDesc::new(c_str!("rcvd_icrc_err")),
     StatDesc::new(c_str!("rcvd_unknown_qp")),
+    StatDesc::new(c_str!("rcvd_qp_not_ready")),
+    StatDesc::new(c_str!("rcvd_unsupported")),
+    StatDesc::new(c_str!("rcvd_seq_err")),
+    StatDesc::new(c_str!("rcvd_invalid_request")),
+    StatDesc::new(c_str!("rcvd_rnr")),
 ];
 
+const COUNT: usize = 9;
+
 /// The values of one port.
-pub(crate) struct Counters([AtomicU64; 4]);
+pub(crate) struct Counters([AtomicU64; COUNT]);
 
 impl Counters {
     /// All zero.
     pub(crate) const fn new() -> Self {
-        Self([const { AtomicU64::new(0) }; 4])
+        Self([const { AtomicU64::new(0) }; COUNT])
     }
 
     /// Counts one event.

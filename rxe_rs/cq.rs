@@ -12,7 +12,8 @@ use crate::{
     limits,
     uapi::{CreateCqResp, Cqe, MmapInfo, RingGeometry},
 };
-use kernel::{new_spinlock, prelude::*, sync::SpinLock};
+use crate::kext::lock::{new_spinlock_bh, SpinLockBh};
+use kernel::prelude::*;
 
 /// Producer-side state, owned by the kernel.
 struct Producer {
@@ -26,8 +27,9 @@ struct Producer {
 #[pin_data]
 pub(crate) struct RxeCq {
     ring: SharedRing,
+    /// BH-safe: the receive softirq posts completions.
     #[pin]
-    producer: SpinLock<Producer>,
+    producer: SpinLockBh<Producer>,
 }
 
 impl RxeCq {
@@ -48,14 +50,13 @@ impl RxeCq {
         })?;
         let init = try_pin_init!(Self {
             ring,
-            producer <- new_spinlock!(Producer { index: 0, armed: 0 }, "rxe_rs_cq"),
+            producer <- new_spinlock_bh!(Producer { index: 0, armed: 0 }, "rxe_rs_cq"),
         });
         Ok((init, geometry.slots()))
     }
 
     /// Posts a completion and wakes the consumer if it asked to be. A full ring (or one whose
     /// consumer index the process corrupted) raises `IB_EVENT_CQ_ERR` and fails with EBUSY.
-    #[expect(dead_code, reason = "the datapath (requester/responder) uses it")]
     pub(crate) fn post(cq: &Cq<RxeDevice>, cqe: &Cqe, solicited: bool) -> Result {
         let wake = {
             let mut p = cq.producer.lock();

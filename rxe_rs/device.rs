@@ -6,7 +6,7 @@ use crate::{
     cq::RxeCq,
     kext::{
         bindings,
-        ib::{self, Cq, CqInitAttr, Device, DeviceAttr, Mr, Pd, PortAttr, PortImmutable, Qp, QpAttr, QpInitAttr, StatDesc},
+        ib::{self, Cq, CqInitAttr, Device, DeviceAttr, Mr, Pd, PortAttr, PortImmutable, Qp, QpAttr, QpCqs, QpInitAttr, StatDesc},
         umem::random_u32,
         netdev::NetDevice,
         object::Udata,
@@ -102,7 +102,6 @@ impl RxeDevice {
     }
 
     /// The MR of an lkey or rkey, if it is registered (the whole key must match).
-    #[expect(dead_code, reason = "the requester and responder (datapath) use it")]
     pub(crate) fn lookup_mr(&self, key: u32) -> Option<Arc<MrInner>> {
         self.mrs.get(key >> 8).filter(|mr| mr.key_byte == key as u8)
     }
@@ -246,11 +245,12 @@ impl ib::Driver for RxeDevice {
         dev: &Device<Self>,
         pd: &Pd<Self>,
         init: &mut QpInitAttr,
+        cqs: QpCqs<Self>,
         udata: &Udata<'_>,
     ) -> Result<(impl PinInit<RxeQp, Error>, u32)> {
         let mut qp = None;
         let qpn = dev.qps.insert_with(|qpn| {
-            let inner = Arc::pin_init(QpInner::new(qpn, pd.id, init, udata)?, GFP_KERNEL)?;
+            let inner = Arc::pin_init(QpInner::new(qpn, pd.id, init, cqs, udata)?, GFP_KERNEL)?;
             qp = Some(RxeQp { inner: inner.clone() });
             Ok(inner)
         })?;

@@ -58,7 +58,6 @@ impl MrInner {
     }
 
     /// Copies `data` into the MR at `addr`, for a QP in PD `pd` that needs `rights`.
-    #[expect(dead_code, reason = "the responder and completer (datapath) use it")]
     pub(crate) fn write(&self, pd: u32, addr: u64, data: &[u8], rights: i32) -> core::result::Result<(), AccessError> {
         let offset = self.check(pd, addr, data.len() as u64, rights)?;
         match &self.backing {

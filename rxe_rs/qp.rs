@@ -14,7 +14,16 @@ use crate::{
     proto::{av::AddressVector, mtu::IbMtu, psn::Psn},
     uapi::{recv_wqe_bytes, send_wqe_bytes, CreateQpResp, MmapInfo, RingGeometry},
 };
-use kernel::{new_spinlock, prelude::*, sync::Arc, sync::SpinLock};
+use crate::{
+    device::RxeDevice,
+    kext::{
+        ib::QpCqs,
+        lock::{new_spinlock_bh, SpinLockBh},
+    },
+    proto::responder::ResponderSeq,
+    uapi::Sge,
+};
+use kernel::{prelude::*, sync::Arc};
 
 /// `enum ib_qp_state` values.
 #[allow(missing_docs)]
@@ -22,6 +31,7 @@ pub(crate) mod state {
     use crate::kext::bindings;
     pub(crate) const RESET: u32 = bindings::ib_qp_state_IB_QPS_RESET;
     pub(crate) const RTR: u32 = bindings::ib_qp_state_IB_QPS_RTR;
+    pub(crate) const RTS: u32 = bindings::ib_qp_state_IB_QPS_RTS;
 }
 
 /// `enum ib_qp_attr_mask` bits.
@@ -66,6 +76,22 @@ pub(crate) struct QpAttrs {
     pub(crate) max_dest_rd_atomic: u8,
     pub(crate) sgid_index: u8,
     pub(crate) av: Option<AddressVector>,
+    /// Responder: sequence state (reset to `rq_psn` by the move to RTR).
+    pub(crate) resp: ResponderSeq,
+    /// Responder: the receive WQE a multi-packet SEND is filling.
+    pub(crate) recv: Option<RecvInProgress>,
+    /// Responder: our consumer index of the RQ (never read back from the ring).
+    pub(crate) rq_consumer: u32,
+}
+
+/// A receive WQE taken from the RQ, and how far a SEND has filled it.
+#[derive(Clone, Copy)]
+pub(crate) struct RecvInProgress {
+    pub(crate) wr_id: u64,
+    pub(crate) sges: [Sge; limits::MAX_SGE as usize],
+    pub(crate) num_sge: usize,
+    /// Bytes received so far.
+    pub(crate) received: u64,
 }
 
 /// A queue pair as the verbs layer holds it; the QP itself is shared with the datapath, which
@@ -86,11 +112,14 @@ pub(crate) struct QpInner {
     /// Receive queue (user produces WQEs, the kernel consumes).
     pub(crate) rq: SharedRing,
     /// What creation granted (reported by query).
-    caps: bindings::ib_qp_cap,
+    pub(crate) caps: bindings::ib_qp_cap,
+    /// Where completions go.
+    pub(crate) cqs: QpCqs<RxeDevice>,
     /// Every send WR completes with a CQE (`sq_sig_all`).
     sq_sig_all: bool,
+    /// BH-safe: the receive softirq runs the responder under it.
     #[pin]
-    pub(crate) attrs: SpinLock<QpAttrs>,
+    pub(crate) attrs: SpinLockBh<QpAttrs>,
 }
 
 fn clamp_caps(cap: &mut bindings::ib_qp_cap) -> Result {
@@ -111,7 +140,13 @@ fn clamp_caps(cap: &mut bindings::ib_qp_cap) -> Result {
 
 impl QpInner {
     /// An RC QP in `pd` (with id `pd_id`) numbered `qpn`; writes the real capacities to `init`.
-    pub(crate) fn new(qpn: u32, pd_id: u32, init: &mut QpInitAttr, udata: &Udata<'_>) -> Result<impl PinInit<Self, Error>> {
+    pub(crate) fn new(
+        qpn: u32,
+        pd_id: u32,
+        init: &mut QpInitAttr,
+        cqs: QpCqs<RxeDevice>,
+        udata: &Udata<'_>,
+    ) -> Result<impl PinInit<Self, Error>> {
         if init.qp_type != bindings::ib_qp_type_IB_QPT_RC {
             return Err(eopnotsupp());
         }
@@ -153,6 +188,9 @@ impl QpInner {
             max_dest_rd_atomic: 0,
             sgid_index: 0,
             av: None,
+            resp: ResponderSeq::default(),
+            recv: None,
+            rq_consumer: 0,
         };
         let caps = init.cap;
         let sq_sig_all = init.sq_sig_type == bindings::ib_sig_type_IB_SIGNAL_ALL_WR;
@@ -162,8 +200,9 @@ impl QpInner {
             sq,
             rq,
             caps,
+            cqs,
             sq_sig_all,
-            attrs <- new_spinlock!(attrs, "rxe_rs_qp"),
+            attrs <- new_spinlock_bh!(attrs, "rxe_rs_qp"),
         }? Error))
     }
 
@@ -232,8 +271,17 @@ impl QpInner {
             new.dest_qpn = attr.dest_qp_num & crate::proto::psn::PSN_MASK;
         }
         // RTR needs a path to send ACKs on.
-        if next == state::RTR && cur != state::RTR && new.av.is_none() {
-            return Err(EINVAL);
+        if next == state::RTR && cur != state::RTR {
+            if new.av.is_none() {
+                return Err(EINVAL);
+            }
+            new.resp = ResponderSeq { epsn: new.rq_psn, ..Default::default() };
+        }
+        if next == state::RESET {
+            // Back to the creation state: the rings start over (the provider resets its side).
+            new.recv = None;
+            new.rq_consumer = 0;
+            new.resp = ResponderSeq::default();
         }
         *a = new;
         Ok(())

@@ -12,6 +12,7 @@ use crate::{
         udp_tunnel::{EncapReceiver, UdpTunnel},
     },
     proto::packet::{self, DropReason},
+    responder,
 };
 use kernel::prelude::*;
 
@@ -32,10 +33,11 @@ impl EncapReceiver for Receiver {
             Ok(ip) => match packet::parse(ip, &KernelCrc32) {
                 Err(DropReason::Malformed) => Counter::RcvdMalformed,
                 Err(DropReason::BadIcrc) => Counter::RcvdIcrcErr,
-                // No QP takes packets yet (the RC datapath is the next step): count and drop.
                 Ok(d) => match dev.qps.get(d.bth.dest_qp) {
                     None => Counter::RcvdUnknownQp,
-                    Some(_qp) => Counter::RcvdPkts,
+                    Some(qp) if d.info.is_request => responder::handle_request(&dev, &qp, &d),
+                    // Responses (ACKs, READ responses) need the requester, which is next.
+                    Some(_) => Counter::RcvdUnsupported,
                 },
             },
         };

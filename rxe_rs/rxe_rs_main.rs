@@ -20,6 +20,7 @@ mod netdev_events;
 mod pd;
 mod qp;
 mod recv;
+mod responder;
 mod table;
 
 #[path = "proto/src/lib.rs"]

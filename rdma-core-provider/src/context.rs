@@ -27,6 +27,7 @@ static CONTEXT_OPS: verbs_context_ops = verbs_context_ops {
     modify_qp: Some(crate::qp::modify_qp),
     query_qp: Some(crate::qp::query_qp),
     destroy_qp: Some(crate::qp::destroy_qp),
+    post_recv: Some(crate::qp::post_recv),
     ..ZERO_OPS
 };
 

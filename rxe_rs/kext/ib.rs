@@ -85,6 +85,37 @@ pub(crate) fn write_roce_av(ah: &mut bindings::rdma_ah_attr, av: &crate::proto::
     ah.grh.sgid_attr = core::ptr::null();
 }
 
+/// A reference from a QP to one of its CQs.
+///
+/// # Invariants
+///
+/// Points to a live `Cq<T>`: the core keeps a CQ alive while a QP uses it (its `usecnt`), and
+/// the QP's users are the verbs on it and the receive softirq, which `destroy_qp` waits out
+/// (`synchronize_rcu`) before the QP, and with it this reference, goes away.
+pub(crate) struct CqRef<T: Driver>(NonNull<bindings::ib_cq>, PhantomData<T>);
+
+// SAFETY: a CQ may be used from any context (its state has its own locks).
+unsafe impl<T: Driver> Send for CqRef<T> {}
+// SAFETY: as above.
+unsafe impl<T: Driver> Sync for CqRef<T> {}
+
+impl<T: Driver> CqRef<T> {
+    /// The CQ.
+    pub(crate) fn get(&self) -> &Cq<T> {
+        // SAFETY: live for as long as this reference (type invariant).
+        unsafe { Cq::<T>::from_raw(self.0.as_ptr()) }
+    }
+}
+
+/// The completion queues of a new QP.
+pub(crate) struct QpCqs<T: Driver> {
+    /// For send completions.
+    #[expect(dead_code, reason = "the requester's completer posts send completions to it")]
+    pub(crate) send: CqRef<T>,
+    /// For receive completions.
+    pub(crate) recv: CqRef<T>,
+}
+
 /// The name of one hardware counter (`rdma statistic show`), for a `static` table.
 #[repr(transparent)]
 pub(crate) struct StatDesc(bindings::rdma_stat_desc);
@@ -183,6 +214,7 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
         dev: &Device<Self>,
         pd: &Pd<Self>,
         init: &mut QpInitAttr,
+        cqs: QpCqs<Self>,
         udata: &Udata<'_>,
     ) -> Result<(impl PinInit<Self::Qp, Error>, u32)>;
     /// Applies the attributes of `mask` (and the state transition they ask for).
@@ -718,7 +750,13 @@ impl<T: Driver> Adapter<T> {
                 let dev = Self::dev((*qp).device);
                 let pd = Pd::<T>::from_raw((*qp).pd);
                 let udata = Udata::from_raw(udata);
-                let (init_data, qpn) = T::create_qp(dev, pd, &mut *init, &udata)?;
+                // INVARIANT: the core checked both CQs and holds them while the QP lives;
+                // `destroy_qp` below waits for the receive path before the QP goes.
+                let cqs = QpCqs {
+                    send: CqRef(NonNull::new((*init).send_cq).ok_or(EINVAL)?, PhantomData),
+                    recv: CqRef(NonNull::new((*init).recv_cq).ok_or(EINVAL)?, PhantomData),
+                };
+                let (init_data, qpn) = T::create_qp(dev, pd, &mut *init, cqs, &udata)?;
                 CoreObject::init(qp, init_data)?;
                 (*qp).qp_num = qpn;
             }
@@ -753,9 +791,12 @@ impl<T: Driver> Adapter<T> {
     }
 
     unsafe extern "C" fn destroy_qp(qp: *mut bindings::ib_qp, _udata: *mut bindings::ib_udata) -> kernel::ffi::c_int {
-        // SAFETY: the core destroys a QP we initialised; nothing uses it afterwards.
+        // SAFETY: the core destroys a QP we initialised. After `T::destroy_qp` took it out of
+        // reach of new packets, `synchronize_rcu` waits for receive softirqs still using it
+        // (and its `CqRef`s); then nothing uses it.
         unsafe {
             T::destroy_qp(Self::dev((*qp).device), Qp::<T>::from_raw(qp));
+            bindings::synchronize_rcu();
             Qp::<T>::drop_in_place(qp);
         }
         0

@@ -202,7 +202,6 @@ impl SharedRing {
         Ok(())
     }
 
-    #[expect(dead_code, reason = "the requester reads WQEs with it")]
     /// Copies a `T` at `offset` of slot `index` out of the ring.
     pub(crate) fn read<T: FromBytes>(&self, index: u32, offset: usize) -> Result<T> {
         let src = self.slot_ptr(index, offset, core::mem::size_of::<T>())?;

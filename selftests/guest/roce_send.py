@@ -2,6 +2,7 @@
 
 Usage: roce_send.py SRC_IP DST_IP QPN KIND [COUNT]
 KIND: valid | bad_icrc | truncated | bad_opcode | garbage
+      | op:OPCODE:PSN:LEN:CHAR  (a well-formed packet: opcode, PSN, LEN bytes of CHAR)
 """
 import os
 import random
@@ -40,6 +41,11 @@ def main():
     s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
     rng = random.Random(4791)
     for _ in range(count):
+        if kind.startswith("op:"):
+            _, op, psn, length, char = kind.split(":")
+            pkt = datagram(src, dst, qpn, opcode=int(op, 0), psn=int(psn, 0), payload=char.encode() * int(length))
+            s.sendto(pkt, (dst, 0))
+            continue
         pkt = bytearray(datagram(src, dst, qpn))
         if kind == "bad_icrc":
             pkt[-1] ^= 0xFF

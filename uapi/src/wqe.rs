@@ -153,3 +153,30 @@ mod tests {
         assert_eq!(recv_wqe_bytes(2), 48);
     }
 }
+
+/// Completion status values (`enum ibv_wc_status`).
+#[allow(missing_docs)]
+pub mod wc_status {
+    pub const SUCCESS: u32 = 0;
+    pub const LOC_LEN_ERR: u32 = 1;
+    pub const LOC_QP_OP_ERR: u32 = 2;
+    pub const LOC_PROT_ERR: u32 = 4;
+    pub const WR_FLUSH_ERR: u32 = 5;
+}
+
+/// Completion opcodes (`enum ibv_wc_opcode`).
+#[allow(missing_docs)]
+pub mod wc_opcode {
+    pub const SEND: u32 = 0;
+    pub const RDMA_WRITE: u32 = 1;
+    pub const RDMA_READ: u32 = 2;
+    pub const RECV: u32 = 1 << 7;
+    pub const RECV_RDMA_WITH_IMM: u32 = (1 << 7) + 1;
+}
+
+/// Completion flags (`enum ibv_wc_flags`).
+#[allow(missing_docs)]
+pub mod wc_flags {
+    pub const WITH_IMM: u32 = 1 << 1;
+    pub const WITH_INV: u32 = 1 << 3;
+}

@@ -122,7 +122,7 @@ pub struct verbs_context_ops {
     pub open_qp: UnusedOp,
     pub open_xrcd: UnusedOp,
     pub poll_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int>,
-    pub post_recv: UnusedOp,
+    pub post_recv: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int>,
     pub post_send: UnusedOp,
     pub post_srq_ops: UnusedOp,
     pub post_srq_recv: UnusedOp,
