@@ -9,7 +9,6 @@
 #   make install         install module and provider on this machine
 #   make run             the demo: VM, device, ibv_devinfo (and pingpong/perftest once they work)
 #   make check           all tests: host unit tests + VM selftests
-#   make bench           rxe_rs vs rdma_rxe vs TCP side by side
 
 SHELL := /bin/bash
 ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
@@ -24,7 +23,7 @@ KDIR ?= $(shell $(ROOT)/scripts/kernel.sh path $(KFLAVOR))
 KDIR_DEP := $(if $(filter $(RXE_RS_CACHE)/%,$(KDIR)),$(KDIR)/.rxe_rs-built)
 KMAKE = $(MAKE) -C $(KDIR) M=$(ROOT) $(KMAKE_TOOLS)
 
-.PHONY: all module provider kdir kernel clean install setup run check test unit-test selftest bench
+.PHONY: all module provider kdir kernel clean install setup run check test unit-test selftest
 
 all: module provider
 
@@ -65,6 +64,3 @@ unit-test:
 
 selftest:
 	$(ROOT)/selftests/run.sh
-
-bench:
-	$(ROOT)/scripts/bench.sh
