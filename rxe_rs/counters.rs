@@ -24,8 +24,24 @@ pub(crate) enum Counter {
     RcvdSeqErr,
     /// Dropped: invalid request (opcode sequence, length, corrupt receive queue).
     RcvdInvalidRequest,
-    /// Dropped: a SEND found no receive WQE (receiver not ready).
+    /// Dropped: a SEND found no receive WQE (receiver not ready); an RNR NAK went back.
     RcvdRnr,
+    /// Dropped: a duplicate request (answered again: re-ACK, or READ responses again).
+    DuplicateRequest,
+    /// Packets sent (requests, responses, ACKs and NAKs).
+    SentPkts,
+    /// Packets that could not be sent (no route, no memory, the IP layer refused).
+    SendErr,
+    /// RNR NAKs received by the requester.
+    RcvdRnrNak,
+    /// Retransmissions started (timeout, sequence NAK, lost READ responses).
+    Retransmits,
+    /// WQEs failed after `retry_cnt` retransmissions.
+    RetryExceededErr,
+    /// WQEs failed after `rnr_retry` RNR NAKs.
+    RetryRnrExceededErr,
+    /// Responses dropped: stale, duplicate or for no request in flight.
+    RcvdStaleResponse,
 }
 
 /// Their names, in `Counter` order.
@@ -39,9 +55,17 @@ pub(crate) static NAMES: [StatDesc; COUNT] = [
     StatDesc::new(c_str!("rcvd_seq_err")),
     StatDesc::new(c_str!("rcvd_invalid_request")),
     StatDesc::new(c_str!("rcvd_rnr")),
+    StatDesc::new(c_str!("duplicate_request")),
+    StatDesc::new(c_str!("sent_pkts")),
+    StatDesc::new(c_str!("send_err")),
+    StatDesc::new(c_str!("rcvd_rnr_nak")),
+    StatDesc::new(c_str!("retransmits")),
+    StatDesc::new(c_str!("retry_exceeded_err")),
+    StatDesc::new(c_str!("retry_rnr_exceeded_err")),
+    StatDesc::new(c_str!("rcvd_stale_response")),
 ];
 
-const COUNT: usize = 9;
+const COUNT: usize = 17;
 
 /// The values of one port.
 pub(crate) struct Counters([AtomicU64; COUNT]);

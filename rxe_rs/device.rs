@@ -20,7 +20,7 @@ use crate::{
     uapi,
 };
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use kernel::{prelude::*, sync::Arc};
+use kernel::{prelude::*, sync::Arc, types::ARef};
 
 /// The only port of a device (IB ports are 1-based).
 pub(crate) const PORT: u32 = 1;
@@ -48,6 +48,9 @@ pub(crate) struct RxeDevice {
     pub(crate) qps: IndexTable<QpInner>,
     /// Port counters.
     pub(crate) counters: Counters,
+    /// The netdev packets go out on. Ours to hold: the RDMA core's own accessor takes a lock
+    /// that must not be taken in softirq, where ACKs and READ responses are sent.
+    pub(crate) ndev: ARef<NetDevice>,
 }
 
 /// Counts live objects of one kind against the limit the device advertises.
@@ -76,6 +79,7 @@ impl RxeDevice {
     pub(crate) fn new(ndev: &NetDevice) -> impl PinInit<Self, Error> {
         let guid = Self::guid_for(ndev);
         let mtu = IbMtu::for_netdev_mtu(ndev.mtu()) as u32;
+        let ndev: ARef<NetDevice> = ndev.into();
         try_pin_init!(Self {
             guid,
             port_active: AtomicBool::new(false),
@@ -86,6 +90,7 @@ impl RxeDevice {
             mrs <- IndexTable::new(1, limits::MAX_MR),
             qps <- IndexTable::new(limits::FIRST_QPN, limits::MAX_QP),
             counters: Counters::new(),
+            ndev,
         }? Error)
     }
 
@@ -250,7 +255,9 @@ impl ib::Driver for RxeDevice {
     ) -> Result<(impl PinInit<RxeQp, Error>, u32)> {
         let mut qp = None;
         let qpn = dev.qps.insert_with(|qpn| {
-            let inner = Arc::pin_init(QpInner::new(qpn, pd.id, init, cqs, udata)?, GFP_KERNEL)?;
+            // SAFETY: the link lives in the QP, which the core destroys before the device.
+            let link = unsafe { dev.link() };
+            let inner = Arc::pin_init(QpInner::new(link, qpn, pd.id, init, cqs, udata)?, GFP_KERNEL)?;
             qp = Some(RxeQp { inner: inner.clone() });
             Ok(inner)
         })?;
@@ -268,6 +275,11 @@ impl ib::Driver for RxeDevice {
 
     fn destroy_qp(dev: &Device<Self>, qp: &Qp<Self>) {
         dev.qps.remove(qp.inner.qpn);
+        qp.inner.shutdown();
+    }
+
+    fn post_send(_dev: &Device<Self>, qp: &Qp<Self>) -> Result {
+        qp.inner.post_send()
     }
 
     type Mr = RxeMr;
@@ -309,7 +321,12 @@ impl ib::Driver for RxeDevice {
     }
 
     fn dereg_mr(dev: &Device<Self>, mr: &Mr<Self>) -> Result {
-        dev.mrs.remove(mr.lkey() >> 8);
+        let region = dev.mrs.remove(mr.lkey() >> 8);
+        // The datapath holds MRs only inside BH-disabled sections (softirq, or under a QP's
+        // lock): once those are over, ours is the last reference and the pages are unpinned
+        // here, in process context.
+        crate::kext::rcu::synchronize();
+        drop(region);
         Ok(())
     }
 

@@ -47,7 +47,7 @@ impl LinkDriver for RxeLink {
         };
         let mut new = NewDevice::<RxeDevice>::new(RxeDevice::new(ndev), &config)?;
         new.set_netdev(ndev)?;
-        new.enable_req_notify_cq_command();
+        new.enable_legacy_commands();
         // The core reports a name taken meanwhile by another driver as ENFILE.
         let dev = new.register(name).map_err(|e| if e == ENFILE { EEXIST } else { e })?;
         dev.set_netdev_mtu(ndev.mtu());

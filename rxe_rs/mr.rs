@@ -47,7 +47,6 @@ pub(crate) enum AccessError {
 impl MrInner {
     /// Copies `out.len()` bytes at `addr` out of the MR, for a QP in PD `pd` that needs `rights`
     /// (0 for local reads).
-    #[expect(dead_code, reason = "the requester and responder (datapath) use it")]
     pub(crate) fn read(&self, pd: u32, addr: u64, out: &mut [u8], rights: i32) -> core::result::Result<(), AccessError> {
         let offset = self.check(pd, addr, out.len() as u64, rights)?;
         match &self.backing {

@@ -15,13 +15,18 @@ use crate::{
     uapi::{recv_wqe_bytes, send_wqe_bytes, CreateQpResp, MmapInfo, RingGeometry},
 };
 use crate::{
+    completer,
+    counters::Counter,
     device::RxeDevice,
     kext::{
-        ib::QpCqs,
+        ib::{DeviceLink, QpCqs},
         lock::{new_spinlock_bh, SpinLockBh},
+        timer::{Timer, TimerOwner},
     },
-    proto::responder::ResponderSeq,
-    uapi::Sge,
+    proto::wire::qp_source_port,
+    requester::{self, Requester, RunEnd},
+    responder::{self, Responder},
+    uapi::wc_status,
 };
 use kernel::{prelude::*, sync::Arc};
 
@@ -32,6 +37,8 @@ pub(crate) mod state {
     pub(crate) const RESET: u32 = bindings::ib_qp_state_IB_QPS_RESET;
     pub(crate) const RTR: u32 = bindings::ib_qp_state_IB_QPS_RTR;
     pub(crate) const RTS: u32 = bindings::ib_qp_state_IB_QPS_RTS;
+    pub(crate) const SQD: u32 = bindings::ib_qp_state_IB_QPS_SQD;
+    pub(crate) const ERR: u32 = bindings::ib_qp_state_IB_QPS_ERR;
 }
 
 /// `enum ib_qp_attr_mask` bits.
@@ -76,22 +83,13 @@ pub(crate) struct QpAttrs {
     pub(crate) max_dest_rd_atomic: u8,
     pub(crate) sgid_index: u8,
     pub(crate) av: Option<AddressVector>,
-    /// Responder: sequence state (reset to `rq_psn` by the move to RTR).
-    pub(crate) resp: ResponderSeq,
-    /// Responder: the receive WQE a multi-packet SEND is filling.
-    pub(crate) recv: Option<RecvInProgress>,
-    /// Responder: our consumer index of the RQ (never read back from the ring).
-    pub(crate) rq_consumer: u32,
 }
 
-/// A receive WQE taken from the RQ, and how far a SEND has filled it.
-#[derive(Clone, Copy)]
-pub(crate) struct RecvInProgress {
-    pub(crate) wr_id: u64,
-    pub(crate) sges: [Sge; limits::MAX_SGE as usize],
-    pub(crate) num_sge: usize,
-    /// Bytes received so far.
-    pub(crate) received: u64,
+/// Everything the QP's lock protects.
+pub(crate) struct QpState {
+    pub(crate) attrs: QpAttrs,
+    pub(crate) req: Requester,
+    pub(crate) resp: Responder,
 }
 
 /// A queue pair as the verbs layer holds it; the QP itself is shared with the datapath, which
@@ -103,6 +101,13 @@ pub(crate) struct RxeQp {
 /// The state of a queue pair.
 #[pin_data]
 pub(crate) struct QpInner {
+    /// Retransmission and RNR timer (first, so that it is shut down before anything else goes).
+    #[pin]
+    timer: Timer<QpInner>,
+    /// The device (for the timer, which has no other way to it).
+    dev: DeviceLink<RxeDevice>,
+    /// UDP source port of its packets.
+    pub(crate) sport: u16,
     /// Its number.
     pub(crate) qpn: u32,
     /// The PD it was created in.
@@ -116,10 +121,10 @@ pub(crate) struct QpInner {
     /// Where completions go.
     pub(crate) cqs: QpCqs<RxeDevice>,
     /// Every send WR completes with a CQE (`sq_sig_all`).
-    sq_sig_all: bool,
-    /// BH-safe: the receive softirq runs the responder under it.
+    pub(crate) sq_sig_all: bool,
+    /// BH-safe: the receive softirq and the timer run the protocol under it.
     #[pin]
-    pub(crate) attrs: SpinLockBh<QpAttrs>,
+    pub(crate) state: SpinLockBh<QpState>,
 }
 
 fn clamp_caps(cap: &mut bindings::ib_qp_cap) -> Result {
@@ -141,6 +146,7 @@ fn clamp_caps(cap: &mut bindings::ib_qp_cap) -> Result {
 impl QpInner {
     /// An RC QP in `pd` (with id `pd_id`) numbered `qpn`; writes the real capacities to `init`.
     pub(crate) fn new(
+        dev: DeviceLink<RxeDevice>,
         qpn: u32,
         pd_id: u32,
         init: &mut QpInitAttr,
@@ -188,13 +194,15 @@ impl QpInner {
             max_dest_rd_atomic: 0,
             sgid_index: 0,
             av: None,
-            resp: ResponderSeq::default(),
-            recv: None,
-            rq_consumer: 0,
         };
+        let req = Requester::new(sq_geometry.slots(), init.cap.max_send_sge, init.cap.max_inline_data)?;
+        let qp_state = QpState { attrs, req, resp: Responder::default() };
         let caps = init.cap;
         let sq_sig_all = init.sq_sig_type == bindings::ib_sig_type_IB_SIGNAL_ALL_WR;
         Ok(try_pin_init!(Self {
+            timer <- Timer::new(),
+            dev,
+            sport: qp_source_port(qpn),
             qpn,
             pd: pd_id,
             sq,
@@ -202,13 +210,15 @@ impl QpInner {
             caps,
             cqs,
             sq_sig_all,
-            attrs <- new_spinlock_bh!(attrs, "rxe_rs_qp"),
+            state <- new_spinlock_bh!(qp_state, "rxe_rs_qp"),
         }? Error))
     }
 
     /// `modify_qp`: validates everything first, then applies it all under the lock.
     pub(crate) fn modify(&self, attr: &QpAttr, m: i32) -> Result {
-        let mut a = self.attrs.lock();
+        let mut guard = self.state.lock();
+        let s = &mut *guard;
+        let a = &mut s.attrs;
         let cur = if m & mask::CUR_STATE != 0 { attr.cur_qp_state } else { a.state };
         let next = if m & mask::STATE != 0 { attr.qp_state } else { cur };
         if cur != a.state || !ib::rc_transition_ok(cur, next, m) {
@@ -271,25 +281,30 @@ impl QpInner {
             new.dest_qpn = attr.dest_qp_num & crate::proto::psn::PSN_MASK;
         }
         // RTR needs a path to send ACKs on.
-        if next == state::RTR && cur != state::RTR {
-            if new.av.is_none() {
-                return Err(EINVAL);
-            }
-            new.resp = ResponderSeq { epsn: new.rq_psn, ..Default::default() };
-        }
-        if next == state::RESET {
-            // Back to the creation state: the rings start over (the provider resets its side).
-            new.recv = None;
-            new.rq_consumer = 0;
-            new.resp = ResponderSeq::default();
+        if next == state::RTR && cur != state::RTR && new.av.is_none() {
+            return Err(EINVAL);
         }
         *a = new;
+        if next == state::RTR && cur != state::RTR {
+            s.resp.start(new.rq_psn);
+        }
+        if next == state::RTS && cur == state::RTR {
+            s.req.start(new.sq_psn, new.retry_cnt, new.rnr_retry);
+        }
+        if next == state::RESET && cur != state::RESET {
+            // Back to the creation state: the rings start over (the provider resets its side).
+            s.req.reset();
+            s.resp = Responder::default();
+        }
+        if next == state::ERR && cur != state::ERR {
+            self.enter_error(s);
+        }
         Ok(())
     }
 
     /// `query_qp`.
     pub(crate) fn query(&self, attr: &mut QpAttr, init: &mut QpInitAttr) {
-        let a = *self.attrs.lock();
+        let a = self.state.lock().attrs;
         attr.qp_state = a.state;
         attr.cur_qp_state = a.state;
         attr.path_mtu = a.path_mtu as u32;
@@ -317,5 +332,87 @@ impl QpInner {
         } else {
             bindings::ib_sig_type_IB_SIGNAL_REQ_WR
         };
+    }
+}
+
+impl QpInner {
+    /// Moves a port counter of the device.
+    pub(crate) fn count(&self, c: Counter) {
+        self.dev.get().counters.inc(c);
+    }
+
+    /// (Re)arms the timer to expire in `ns`.
+    pub(crate) fn arm_timer(&self, ns: u64) {
+        Timer::arm(self, ns);
+    }
+
+    /// The send doorbell: sends what the process posted, or flushes it in the error state.
+    pub(crate) fn post_send(&self) -> Result {
+        let mut s = self.state.lock();
+        match s.attrs.state {
+            state::RTS | state::SQD => self.run_requester(self.dev.get(), &mut s),
+            state::ERR => self.flush_sq(&mut s),
+            // Posting before RTS is an immediate error; the provider takes its WQEs back.
+            _ => return Err(EINVAL),
+        }
+        Ok(())
+    }
+
+    /// Runs the requester and acts on how it ended.
+    pub(crate) fn run_requester(&self, dev: &crate::kext::ib::Device<RxeDevice>, s: &mut QpState) {
+        let (sent, end) = requester::run(dev, self, s);
+        match end {
+            RunEnd::Idle => {}
+            RunEnd::Failed(index, status) => return self.fail(s, index, status),
+            RunEnd::BrokenRing => return self.enter_error(s),
+        }
+        if sent && !s.req.timer_armed {
+            completer::arm_retransmit(self, s);
+        }
+    }
+
+    /// The WQE at `index` fails with `status`: those before it are flushed, it completes with
+    /// the error, and the QP enters the error state (which flushes the rest).
+    pub(crate) fn fail(&self, s: &mut QpState, index: u32, status: u32) {
+        while s.req.consumer != index && s.req.consumer != s.req.fetched {
+            completer::retire(self, &mut s.req, wc_status::WR_FLUSH_ERR);
+        }
+        if s.req.consumer == index && index != s.req.fetched {
+            completer::retire(self, &mut s.req, status);
+        }
+        self.enter_error(s);
+    }
+
+    /// Moves to the error state: every outstanding WQE completes with WR_FLUSH_ERR.
+    pub(crate) fn enter_error(&self, s: &mut QpState) {
+        s.attrs.state = state::ERR;
+        s.req.timer_armed = false;
+        s.req.rnr_wait = false;
+        self.timer.cancel();
+        self.flush_sq(s);
+        responder::flush_rq(self, s);
+    }
+
+    /// Completes every WQE of the SQ, posted or in flight, with WR_FLUSH_ERR.
+    fn flush_sq(&self, s: &mut QpState) {
+        requester::fetch_for_flush(self, &mut s.req);
+        while s.req.consumer != s.req.fetched {
+            completer::retire(self, &mut s.req, wc_status::WR_FLUSH_ERR);
+        }
+    }
+
+    /// Stops the timer for good and waits for it (destroy, process context).
+    pub(crate) fn shutdown(&self) {
+        self.timer.shutdown();
+    }
+}
+
+impl TimerOwner for QpInner {
+    fn timer(&self) -> &Timer<Self> {
+        &self.timer
+    }
+
+    fn expired(&self) {
+        completer::timer_expired(self.dev.get(), self);
     }
 }

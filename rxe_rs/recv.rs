@@ -12,7 +12,7 @@ use crate::{
         udp_tunnel::{EncapReceiver, UdpTunnel},
     },
     proto::packet::{self, DropReason},
-    responder,
+    completer, responder,
 };
 use kernel::prelude::*;
 
@@ -36,8 +36,7 @@ impl EncapReceiver for Receiver {
                 Ok(d) => match dev.qps.get(d.bth.dest_qp) {
                     None => Counter::RcvdUnknownQp,
                     Some(qp) if d.info.is_request => responder::handle_request(&dev, &qp, &d),
-                    // Responses (ACKs, READ responses) need the requester, which is next.
-                    Some(_) => Counter::RcvdUnsupported,
+                    Some(qp) => completer::handle_response(&dev, &qp, &d),
                 },
             },
         };

@@ -9,6 +9,7 @@
 //! - the driver: [`device`] (the `ib_device`), [`link`] (`rdma link add`), [`netdev_events`]
 //!   (port state follows the netdev), [`recv`] (the UDP 4791 receive path).
 
+mod completer;
 mod counters;
 mod cq;
 mod device;
@@ -20,8 +21,10 @@ mod netdev_events;
 mod pd;
 mod qp;
 mod recv;
+mod requester;
 mod responder;
 mod table;
+mod transmit;
 
 #[path = "proto/src/lib.rs"]
 #[allow(dead_code, unreachable_pub, unused_imports)] // shared with the host and the provider

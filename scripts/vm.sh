@@ -56,6 +56,8 @@ stage_module() {
 stage_module
 
 vng_base=("$VNG" --run "$kdir" --user root --name "$name" --cpus "$cpus" --memory "$memory")
+# RXE_RS_VM_VERBOSE=1 shows the guest kernel's console (oopses) on stderr.
+[[ ${RXE_RS_VM_VERBOSE:-} == 1 ]] && vng_base+=(--verbose)
 
 accel_flag() {
 	local probe=$RXE_RS_CACHE/accel-$(basename "$kdir")

@@ -14,6 +14,7 @@ pub mod mr;
 pub mod pd;
 pub mod qp;
 pub mod ring;
+pub mod send;
 
 /// Sets `errno` for verbs that report errors through it (those returning pointers).
 pub(crate) fn set_errno(err: i32) {

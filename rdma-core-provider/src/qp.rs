@@ -4,6 +4,7 @@
 use crate::{
     ffi::{private::*, verbs::*},
     ring::MappedRing,
+    send::{init_qp_ex, supported_send_ops, SendQueue},
 };
 use core::ffi::c_int;
 use rxe_rs_uapi::{CreateQpResp, RecvWqe, RingGeometry, Sge};
@@ -20,8 +21,8 @@ pub struct Qp {
     pub sq: Option<MappedRing>,
     /// Receive ring (we produce).
     pub rq: Option<MappedRing>,
-    /// Serialises producers of the SQ.
-    pub sq_lock: Mutex<()>,
+    /// Producer-side state of the SQ.
+    pub send: SendQueue,
     /// Serialises producers of the RQ.
     pub rq_lock: Mutex<()>,
     /// SGEs a receive WR may carry (what the kernel granted).
@@ -37,21 +38,62 @@ struct CreateQpRespFull {
     drv: CreateQpResp,
 }
 
+/// A QP of ours with nothing mapped yet.
+fn new_qp() -> *mut Qp {
+    Box::into_raw(Box::new(Qp {
+        // SAFETY: plain C data, filled by libibverbs.
+        verbs: unsafe { MaybeUninit::zeroed().assume_init() },
+        sq: None,
+        rq: None,
+        send: SendQueue::default(),
+        rq_lock: Mutex::new(()),
+        max_recv_sge: 0,
+    }))
+}
+
+/// After the kernel created the QP: maps its rings and records what it granted. On failure the
+/// kernel QP is destroyed and ours freed; errno is set.
+///
+/// # Safety
+///
+/// `qp` comes from [`new_qp`] and the kernel QP was created with `resp`; `fd` is the context's
+/// command fd.
+unsafe fn finish_create(qp: *mut Qp, fd: c_int, resp: &CreateQpRespFull, cap: &ibv_qp_cap) -> *mut ibv_qp {
+    let ibqp = qp.cast::<ibv_qp>();
+    let d = &resp.drv;
+    let rings = MappedRing::map(fd, &d.sq, RingGeometry { log2_slots: d.sq_log2_slots, slot_size: d.sq_slot_size })
+        .and_then(|sq| Ok((sq, MappedRing::map(fd, &d.rq, RingGeometry { log2_slots: d.rq_log2_slots, slot_size: d.rq_slot_size })?)));
+    match rings {
+        Ok((sq, rq)) => {
+            // SAFETY: `qp` is ours until returned.
+            unsafe {
+                (*qp).sq = Some(sq);
+                (*qp).rq = Some(rq);
+                (*qp).max_recv_sge = cap.max_recv_sge;
+                (*qp).send.max_sge = cap.max_send_sge;
+                (*qp).send.max_inline = cap.max_inline_data;
+            }
+            ibqp
+        }
+        Err(e) => {
+            // SAFETY: created by the caller: destroy the kernel QP, free ours.
+            unsafe {
+                ibv_cmd_destroy_qp(ibqp);
+                drop(Box::from_raw(qp));
+            }
+            crate::set_errno(e.raw_os_error().unwrap_or(libc::ENOMEM));
+            core::ptr::null_mut()
+        }
+    }
+}
+
 /// `ibv_create_qp`.
 ///
 /// # Safety
 ///
 /// libibverbs passes a PD of ours and valid attributes.
 pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
-    let qp = Box::into_raw(Box::new(Qp {
-        // SAFETY: plain C data, filled by libibverbs.
-        verbs: unsafe { MaybeUninit::zeroed().assume_init() },
-        sq: None,
-        rq: None,
-        sq_lock: Mutex::new(()),
-        rq_lock: Mutex::new(()),
-        max_recv_sge: 0,
-    }));
+    let qp = new_qp();
     let ibqp = qp.cast::<ibv_qp>();
     let mut cmd = ibv_create_qp::default();
     let mut resp = CreateQpRespFull::default();
@@ -63,32 +105,44 @@ pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr)
         crate::set_errno(ret);
         return core::ptr::null_mut();
     }
-    // SAFETY: `pd` is valid, and so is its context.
-    let fd = unsafe { (*(*pd).context).cmd_fd };
-    let d = &resp.drv;
-    let rings = MappedRing::map(fd, &d.sq, RingGeometry { log2_slots: d.sq_log2_slots, slot_size: d.sq_slot_size })
-        .and_then(|sq| Ok((sq, MappedRing::map(fd, &d.rq, RingGeometry { log2_slots: d.rq_log2_slots, slot_size: d.rq_slot_size })?)));
-    match rings {
-        Ok((sq, rq)) => {
-            // SAFETY: `qp` is ours until returned.
-            unsafe {
-                (*qp).sq = Some(sq);
-                (*qp).rq = Some(rq);
-                // libibverbs wrote the granted capacities back into `attr`.
-                (*qp).max_recv_sge = (*attr).cap.max_recv_sge;
-            }
-            ibqp
-        }
-        Err(e) => {
-            // SAFETY: created above: destroy the kernel QP, free ours.
-            unsafe {
-                ibv_cmd_destroy_qp(ibqp);
-                drop(Box::from_raw(qp));
-            }
-            crate::set_errno(e.raw_os_error().unwrap_or(libc::ENOMEM));
-            core::ptr::null_mut()
-        }
+    // SAFETY: `pd` is valid, and so is its context; libibverbs wrote the granted capacities
+    // back into `attr`.
+    unsafe { finish_create(qp, (*(*pd).context).cmd_fd, &resp, &(*attr).cap) }
+}
+
+/// `ibv_create_qp_ex`: as `ibv_create_qp`, plus the `ibv_wr_*` API when asked for.
+///
+/// # Safety
+///
+/// libibverbs passes a context of ours and valid attributes.
+pub unsafe extern "C" fn create_qp_ex(ctx: *mut ibv_context, attr: *mut ibv_qp_init_attr_ex) -> *mut ibv_qp {
+    // SAFETY: valid attributes.
+    let a = unsafe { &*attr };
+    let known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    let with_ops = a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0;
+    if a.comp_mask & !known != 0 || (with_ops && !supported_send_ops(a.send_ops_flags)) {
+        crate::set_errno(libc::EOPNOTSUPP);
+        return core::ptr::null_mut();
     }
+    let qp = new_qp();
+    let mut cmd = ibv_create_qp::default();
+    let mut resp = CreateQpRespFull::default();
+    // SAFETY: valid context, QP (a `verbs_qp` first), attributes and buffers of the sizes passed.
+    let ret = unsafe {
+        ibv_cmd_create_qp_ex(ctx, &mut (*qp).verbs, attr, &mut cmd, size_of_val(&cmd), &mut resp.core, size_of_val(&resp))
+    };
+    if ret != 0 {
+        // SAFETY: never published.
+        drop(unsafe { Box::from_raw(qp) });
+        crate::set_errno(ret);
+        return core::ptr::null_mut();
+    }
+    if with_ops {
+        // SAFETY: `qp` is ours until returned.
+        init_qp_ex(unsafe { &mut (*qp).verbs });
+    }
+    // SAFETY: valid context; libibverbs wrote the granted capacities back into `attr`.
+    unsafe { finish_create(qp, (*ctx).cmd_fd, &resp, &(*attr).cap) }
 }
 
 /// `ibv_modify_qp`.

@@ -158,3 +158,91 @@ void rxe_rs_helper_page_copy(struct page *page, size_t offset, void *buf, size_t
 		memcpy(buf, va + offset, len);
 	kunmap_local(va);
 }
+
+/* Transmit: an skb with room for the link-layer header, `len` bytes of datagram put. */
+struct sk_buff *rxe_rs_helper_alloc_tx_skb(struct net_device *ndev, unsigned int len)
+{
+	unsigned int headroom = LL_RESERVED_SPACE(ndev);
+	struct sk_buff *skb = alloc_skb(headroom + len, GFP_ATOMIC);
+
+	if (!skb)
+		return NULL;
+	skb_reserve(skb, headroom);
+	skb_put(skb, len);
+	return skb;
+}
+
+unsigned char *rxe_rs_helper_skb_data(const struct sk_buff *skb)
+{
+	return skb->data;
+}
+
+struct dst_entry *rxe_rs_helper_route_v4(struct net_device *ndev, const u8 *saddr, const u8 *daddr)
+{
+	struct flowi4 fl = {
+		.flowi4_oif = ndev->ifindex,
+		.flowi4_proto = IPPROTO_UDP,
+	};
+	struct rtable *rt;
+
+	memcpy(&fl.saddr, saddr, 4);
+	memcpy(&fl.daddr, daddr, 4);
+	rt = ip_route_output_key(dev_net(ndev), &fl);
+	return IS_ERR(rt) ? NULL : &rt->dst;
+}
+
+struct dst_entry *rxe_rs_helper_route_v6(struct net_device *ndev, const u8 *saddr, const u8 *daddr)
+{
+#if IS_ENABLED(CONFIG_IPV6)
+	struct flowi6 fl = {
+		.flowi6_oif = ndev->ifindex,
+		.flowi6_proto = IPPROTO_UDP,
+	};
+	struct dst_entry *dst;
+
+	memcpy(&fl.saddr, saddr, 16);
+	memcpy(&fl.daddr, daddr, 16);
+	dst = ipv6_stub->ipv6_dst_lookup_flow(dev_net(ndev), NULL, &fl, NULL);
+	return IS_ERR(dst) ? NULL : dst;
+#else
+	return NULL;
+#endif
+}
+
+void rxe_rs_helper_dst_hold(struct dst_entry *dst)
+{
+	dst_hold(dst);
+}
+
+/* Sends a complete IP datagram (skb->data at the IP header) along `dst`, whose reference the
+ * skb takes. */
+int rxe_rs_helper_ip_local_out(struct sk_buff *skb, struct dst_entry *dst, bool ipv6)
+{
+	struct net *net = dev_net(dst->dev);
+	int err;
+
+	skb_dst_set(skb, dst);
+	skb_reset_network_header(skb);
+	skb_set_transport_header(skb, ipv6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr));
+	skb->dev = dst->dev;
+	memset(IPCB(skb), 0, sizeof(*IPCB(skb)));
+	/* net_xmit_eval() evaluates its argument twice: call once, then map. */
+	if (ipv6) {
+		skb->protocol = htons(ETH_P_IPV6);
+		err = ip6_local_out(net, NULL, skb);
+	} else {
+		skb->protocol = htons(ETH_P_IP);
+		err = ip_local_out(net, NULL, skb);
+	}
+	return net_xmit_eval(err);
+}
+
+void rxe_rs_helper_timer_setup(struct timer_list *timer, void (*func)(struct timer_list *))
+{
+	timer_setup(timer, func, 0);
+}
+
+unsigned long rxe_rs_helper_jiffies(void)
+{
+	return jiffies;
+}

@@ -9,6 +9,11 @@
 #include <linux/netdevice.h>
 #include <linux/skbuff.h>
 #include <net/udp_tunnel.h>
+#include <net/route.h>
+#include <net/ip.h>
+#include <net/ipv6.h>
+#include <net/ipv6_stubs.h>
+#include <linux/timer.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/uverbs_ioctl.h>
 #include <rdma/ib_umem.h>
@@ -28,6 +33,16 @@ void rxe_rs_helper_kfree_skb(struct sk_buff *skb);
 int rxe_rs_helper_skb_linearize(struct sk_buff *skb);
 unsigned char *rxe_rs_helper_skb_network_header(const struct sk_buff *skb);
 struct net_device *rxe_rs_helper_skb_dev(const struct sk_buff *skb);
+
+struct sk_buff *rxe_rs_helper_alloc_tx_skb(struct net_device *ndev, unsigned int len);
+unsigned char *rxe_rs_helper_skb_data(const struct sk_buff *skb);
+struct dst_entry *rxe_rs_helper_route_v4(struct net_device *ndev, const u8 *saddr, const u8 *daddr);
+struct dst_entry *rxe_rs_helper_route_v6(struct net_device *ndev, const u8 *saddr, const u8 *daddr);
+void rxe_rs_helper_dst_hold(struct dst_entry *dst);
+int rxe_rs_helper_ip_local_out(struct sk_buff *skb, struct dst_entry *dst, bool ipv6);
+
+void rxe_rs_helper_timer_setup(struct timer_list *timer, void (*func)(struct timer_list *));
+unsigned long rxe_rs_helper_jiffies(void);
 
 struct ib_device *rxe_rs_helper_ib_alloc_device(size_t size);
 bool rxe_rs_helper_ib_device_try_get(struct ib_device *dev);

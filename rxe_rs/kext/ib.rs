@@ -110,7 +110,6 @@ impl<T: Driver> CqRef<T> {
 /// The completion queues of a new QP.
 pub(crate) struct QpCqs<T: Driver> {
     /// For send completions.
-    #[expect(dead_code, reason = "the requester's completer posts send completions to it")]
     pub(crate) send: CqRef<T>,
     /// For receive completions.
     pub(crate) recv: CqRef<T>,
@@ -224,6 +223,10 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     /// Destroys a QP (dropped right after).
     fn destroy_qp(dev: &Device<Self>, qp: &Qp<Self>);
 
+    /// The send-queue doorbell: user space posted WQEs into the QP's ring (`post_send` with
+    /// no kernel work requests).
+    fn post_send(dev: &Device<Self>, qp: &Qp<Self>) -> Result;
+
     /// What a memory region holds.
     type Mr: Send + Sync;
     /// Registers `[start, start + len)` of the calling process at `iova`; returns the MR and its
@@ -329,6 +332,17 @@ impl<T: Driver> Device<T> {
         Some(unsafe { ARef::from_raw(ndev.cast::<NetDevice>()) })
     }
 
+    /// A link to this device for an object of it.
+    ///
+    /// # Safety
+    ///
+    /// The link must live inside a verbs object of this device (the core destroys those before
+    /// it frees the device) and be used only while that object lives.
+    pub(crate) unsafe fn link(&self) -> DeviceLink<T> {
+        // INVARIANT: the caller keeps the link within the device's lifetime.
+        DeviceLink { ib: NonNull::from(&self.ib).cast(), _driver: PhantomData }
+    }
+
     /// Tells the RDMA core (and so user space's async event queues) that `port` changed.
     pub(crate) fn dispatch_port_event(&self, port: u32, active: bool) {
         let mut event = bindings::ib_event {
@@ -427,6 +441,31 @@ impl<T: Driver> Drop for DeviceRef<T> {
     }
 }
 
+/// A link from a verbs object (a QP) to its device, for contexts that have no device at hand
+/// (timers).
+///
+/// # Invariants
+///
+/// `ib` is a `Device<T>` that outlives the link: links are made only by [`Device::link`],
+/// whose callers keep them inside objects the RDMA core destroys before it frees the device.
+pub(crate) struct DeviceLink<T: Driver> {
+    ib: NonNull<bindings::ib_device>,
+    _driver: PhantomData<T>,
+}
+
+impl<T: Driver> DeviceLink<T> {
+    /// The device.
+    pub(crate) fn get(&self) -> &Device<T> {
+        // SAFETY: type invariant: the device outlives the link.
+        unsafe { Device::from_raw(self.ib.as_ptr()) }
+    }
+}
+
+// SAFETY: a device may be used from any thread; the link is a shared borrow of it.
+unsafe impl<T: Driver> Send for DeviceLink<T> {}
+// SAFETY: as above.
+unsafe impl<T: Driver> Sync for DeviceLink<T> {}
+
 /// What the driver sets on a device before it is registered.
 pub(crate) struct DeviceConfig<'a> {
     /// Node GUID (big-endian bytes, as on the wire).
@@ -491,13 +530,13 @@ impl<T: Driver> NewDevice<T> {
         to_result(unsafe { bindings::ib_device_set_netdev(self.raw(), ndev.as_raw(), 1) })
     }
 
-    /// Lets user space arm CQs (`ibv_req_notify_cq` is a legacy write command, which the core
-    /// leaves off by default).
-    pub(crate) fn enable_req_notify_cq_command(&mut self) {
+    /// Enables the legacy write commands the provider uses and the core leaves off by default:
+    /// arming CQs (`ibv_req_notify_cq`) and the send doorbell (`POST_SEND` with no WRs).
+    pub(crate) fn enable_legacy_commands(&mut self) {
         // SAFETY: unregistered device we own.
         unsafe {
-            (*self.raw()).uverbs_cmd_mask |=
-                1u64 << bindings::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_REQ_NOTIFY_CQ;
+            (*self.raw()).uverbs_cmd_mask |= (1u64 << bindings::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_REQ_NOTIFY_CQ)
+                | (1u64 << bindings::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POST_SEND);
         }
     }
 
@@ -558,6 +597,7 @@ impl<T: Driver> Adapter<T> {
             modify_qp: Some(Self::modify_qp),
             query_qp: Some(Self::query_qp),
             destroy_qp: Some(Self::destroy_qp),
+            post_send: Some(Self::post_send),
             size_ib_qp: core::mem::size_of::<Qp<T>>(),
             reg_user_mr: Some(Self::reg_user_mr),
             get_dma_mr: Some(Self::get_dma_mr),
@@ -800,6 +840,25 @@ impl<T: Driver> Adapter<T> {
             Qp::<T>::drop_in_place(qp);
         }
         0
+    }
+
+    unsafe extern "C" fn post_send(
+        qp: *mut bindings::ib_qp,
+        wr: *const bindings::ib_send_wr,
+        bad_wr: *mut *const bindings::ib_send_wr,
+    ) -> kernel::ffi::c_int {
+        // Kernel ULPs' work requests are not supported: only the user-space doorbell, which
+        // uverbs delivers as an empty list.
+        if !wr.is_null() {
+            // SAFETY: the caller passes a valid out-pointer with a list.
+            unsafe { *bad_wr = wr };
+            return super::errno::eopnotsupp().to_errno();
+        }
+        from_result(|| {
+            // SAFETY: a live QP of ours.
+            unsafe { T::post_send(Self::dev((*qp).device), Qp::<T>::from_raw(qp))? };
+            Ok(0)
+        })
     }
 
     /// Turns a driver's MR (and key) into the `ib_mr` pointer, or ERR_PTR, the core expects.

@@ -192,7 +192,6 @@ impl SharedRing {
         Ok(unsafe { self.buf.base.as_ptr().add(self.geometry.slot_offset(index) + offset) })
     }
 
-    #[expect(dead_code, reason = "the requester reads WQEs with it")]
     /// Copies `out.len()` bytes at `offset` of slot `index` out of the ring.
     pub(crate) fn read_bytes(&self, index: u32, offset: usize, out: &mut [u8]) -> Result {
         let src = self.slot_ptr(index, offset, out.len())?;

@@ -16,10 +16,13 @@ pub(crate) mod lock;
 pub(crate) mod mmap;
 pub(crate) mod netdev;
 pub(crate) mod object;
+pub(crate) mod rcu;
 pub(crate) mod skb;
+pub(crate) mod timer;
 pub(crate) mod uapi_bytes;
 pub(crate) mod udp_tunnel;
 pub(crate) mod umem;
+pub(crate) mod xmit;
 
 use kernel::{init::PinInit, prelude::*, types::Opaque};
 

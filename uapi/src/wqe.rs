@@ -162,6 +162,13 @@ pub mod wc_status {
     pub const LOC_QP_OP_ERR: u32 = 2;
     pub const LOC_PROT_ERR: u32 = 4;
     pub const WR_FLUSH_ERR: u32 = 5;
+    pub const BAD_RESP_ERR: u32 = 7;
+    pub const LOC_ACCESS_ERR: u32 = 8;
+    pub const REM_INV_REQ_ERR: u32 = 9;
+    pub const REM_ACCESS_ERR: u32 = 10;
+    pub const REM_OP_ERR: u32 = 11;
+    pub const RETRY_EXC_ERR: u32 = 12;
+    pub const RNR_RETRY_EXC_ERR: u32 = 13;
 }
 
 /// Completion opcodes (`enum ibv_wc_opcode`).

@@ -88,7 +88,7 @@ pub struct verbs_context_ops {
     pub create_flow: UnusedOp,
     pub create_flow_action_esp: UnusedOp,
     pub create_qp: Option<unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp>,
-    pub create_qp_ex: UnusedOp,
+    pub create_qp_ex: Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp>,
     pub create_rwq_ind_table: UnusedOp,
     pub create_srq: UnusedOp,
     pub create_srq_ex: UnusedOp,
@@ -123,7 +123,7 @@ pub struct verbs_context_ops {
     pub open_xrcd: UnusedOp,
     pub poll_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int>,
     pub post_recv: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int>,
-    pub post_send: UnusedOp,
+    pub post_send: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int>,
     pub post_srq_ops: UnusedOp,
     pub post_srq_recv: UnusedOp,
     pub query_device_ex: Option<
@@ -298,6 +298,15 @@ extern "C" {
         pd: *mut ibv_pd,
         qp: *mut ibv_qp,
         attr: *mut ibv_qp_init_attr,
+        cmd: *mut ibv_create_qp,
+        cmd_size: usize,
+        resp: *mut ib_uverbs_create_qp_resp,
+        resp_size: usize,
+    ) -> c_int;
+    pub fn ibv_cmd_create_qp_ex(
+        context: *mut ibv_context,
+        qp: *mut verbs_qp,
+        attr_ex: *mut ibv_qp_init_attr_ex,
         cmd: *mut ibv_create_qp,
         cmd_size: usize,
         resp: *mut ib_uverbs_create_qp_resp,

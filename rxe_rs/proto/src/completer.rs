@@ -56,16 +56,18 @@ pub enum AfterAck {
     Fail(RemoteError),
 }
 
-/// Interprets an AETH with `syndrome` for `psn` against the WQEs in flight.
-pub fn on_aeth(spans: &[Span], syndrome: Syndrome, psn: Psn) -> AckOutcome {
+/// Interprets an AETH with `syndrome` for `psn` against the WQEs in flight (oldest first).
+pub fn on_aeth(spans: impl IntoIterator<Item = Span>, syndrome: Syndrome, psn: Psn) -> AckOutcome {
     // NAKs name the PSN the responder expects: the packets before it are acknowledged.
     let acked_through = match syndrome {
         Syndrome::Ack { .. } => psn,
         Syndrome::RnrNak { .. } | Syndrome::Nak(_) => psn.add(0xff_ffff), // psn - 1
     };
     let mut completed = 0;
+    let mut next = None;
     for span in spans {
         if span.last.diff(acked_through) > 0 {
+            next = Some(span);
             break;
         }
         if span.needs_response {
@@ -74,15 +76,16 @@ pub fn on_aeth(spans: &[Span], syndrome: Syndrome, psn: Psn) -> AckOutcome {
         }
         completed += 1;
     }
-    let then = match syndrome {
-        Syndrome::Ack { .. } => AfterAck::Nothing,
+    let then = match (syndrome, next) {
+        (Syndrome::Ack { .. }, _) => AfterAck::Nothing,
         // A NAK for a PSN nothing in flight uses is stale (from before a retry): ignore it.
-        _ if completed == spans.len() || spans[completed].first.diff(psn) > 0 => AfterAck::Nothing,
-        Syndrome::RnrNak { timer } => AfterAck::RnrRetry(timer, psn),
-        Syndrome::Nak(NakCode::PsnSequenceError) => AfterAck::RetryFrom(psn),
-        Syndrome::Nak(NakCode::RemoteAccessError) => AfterAck::Fail(RemoteError::AccessError),
-        Syndrome::Nak(NakCode::RemoteOperationalError) => AfterAck::Fail(RemoteError::OperationalError),
-        Syndrome::Nak(NakCode::InvalidRequest | NakCode::InvalidRdRequest) => AfterAck::Fail(RemoteError::InvalidRequest),
+        (_, None) => AfterAck::Nothing,
+        (_, Some(span)) if span.first.diff(psn) > 0 => AfterAck::Nothing,
+        (Syndrome::RnrNak { timer }, _) => AfterAck::RnrRetry(timer, psn),
+        (Syndrome::Nak(NakCode::PsnSequenceError), _) => AfterAck::RetryFrom(psn),
+        (Syndrome::Nak(NakCode::RemoteAccessError), _) => AfterAck::Fail(RemoteError::AccessError),
+        (Syndrome::Nak(NakCode::RemoteOperationalError), _) => AfterAck::Fail(RemoteError::OperationalError),
+        (Syndrome::Nak(NakCode::InvalidRequest | NakCode::InvalidRdRequest), _) => AfterAck::Fail(RemoteError::InvalidRequest),
     };
     AckOutcome { completed, then }
 }
@@ -99,43 +102,43 @@ mod tests {
     #[test]
     fn acks_are_cumulative() {
         let spans = [span(0, 2, false), span(3, 3, false), span(4, 6, false)];
-        assert_eq!(on_aeth(&spans, ACK, Psn::new(3)), AckOutcome { completed: 2, then: AfterAck::Nothing });
-        assert_eq!(on_aeth(&spans, ACK, Psn::new(1)), AckOutcome { completed: 0, then: AfterAck::Nothing }, "mid-message ACK");
-        assert_eq!(on_aeth(&spans, ACK, Psn::new(6)).completed, 3);
-        assert_eq!(on_aeth(&[], ACK, Psn::new(6)).completed, 0);
+        assert_eq!(on_aeth(spans, ACK, Psn::new(3)), AckOutcome { completed: 2, then: AfterAck::Nothing });
+        assert_eq!(on_aeth(spans, ACK, Psn::new(1)), AckOutcome { completed: 0, then: AfterAck::Nothing }, "mid-message ACK");
+        assert_eq!(on_aeth(spans, ACK, Psn::new(6)).completed, 3);
+        assert_eq!(on_aeth([], ACK, Psn::new(6)).completed, 0);
     }
 
     #[test]
     fn acks_across_the_psn_wrap() {
         let spans = [span(0xff_fffe, 0xff_ffff, false), span(0, 1, false)];
-        assert_eq!(on_aeth(&spans, ACK, Psn::new(0xff_ffff)).completed, 1);
-        assert_eq!(on_aeth(&spans, ACK, Psn::new(1)).completed, 2);
+        assert_eq!(on_aeth(spans, ACK, Psn::new(0xff_ffff)).completed, 1);
+        assert_eq!(on_aeth(spans, ACK, Psn::new(1)).completed, 2);
     }
 
     #[test]
     fn an_ack_past_an_unanswered_read_means_its_responses_were_lost() {
         let spans = [span(0, 0, false), span(1, 4, true), span(5, 5, false)];
-        assert_eq!(on_aeth(&spans, ACK, Psn::new(5)), AckOutcome { completed: 1, then: AfterAck::RetryFrom(Psn::new(1)) });
-        assert_eq!(on_aeth(&spans, ACK, Psn::new(0)), AckOutcome { completed: 1, then: AfterAck::Nothing });
+        assert_eq!(on_aeth(spans, ACK, Psn::new(5)), AckOutcome { completed: 1, then: AfterAck::RetryFrom(Psn::new(1)) });
+        assert_eq!(on_aeth(spans, ACK, Psn::new(0)), AckOutcome { completed: 1, then: AfterAck::Nothing });
     }
 
     #[test]
     fn naks_ack_what_precedes_them() {
         let spans = [span(10, 10, false), span(11, 13, false), span(14, 14, false)];
-        let seq = on_aeth(&spans, Syndrome::Nak(NakCode::PsnSequenceError), Psn::new(12));
+        let seq = on_aeth(spans, Syndrome::Nak(NakCode::PsnSequenceError), Psn::new(12));
         assert_eq!(seq, AckOutcome { completed: 1, then: AfterAck::RetryFrom(Psn::new(12)) });
-        let rnr = on_aeth(&spans, Syndrome::RnrNak { timer: 12 }, Psn::new(11));
+        let rnr = on_aeth(spans, Syndrome::RnrNak { timer: 12 }, Psn::new(11));
         assert_eq!(rnr, AckOutcome { completed: 1, then: AfterAck::RnrRetry(12, Psn::new(11)) });
-        let access = on_aeth(&spans, Syndrome::Nak(NakCode::RemoteAccessError), Psn::new(14));
+        let access = on_aeth(spans, Syndrome::Nak(NakCode::RemoteAccessError), Psn::new(14));
         assert_eq!(access, AckOutcome { completed: 2, then: AfterAck::Fail(RemoteError::AccessError) });
-        let invalid = on_aeth(&spans, Syndrome::Nak(NakCode::InvalidRequest), Psn::new(10));
+        let invalid = on_aeth(spans, Syndrome::Nak(NakCode::InvalidRequest), Psn::new(10));
         assert_eq!(invalid, AckOutcome { completed: 0, then: AfterAck::Fail(RemoteError::InvalidRequest) });
     }
 
     #[test]
     fn stale_naks_are_ignored() {
         let spans = [span(20, 21, false)];
-        assert_eq!(on_aeth(&spans, Syndrome::Nak(NakCode::PsnSequenceError), Psn::new(25)).then, AfterAck::Nothing);
-        assert_eq!(on_aeth(&[], Syndrome::RnrNak { timer: 1 }, Psn::new(3)).then, AfterAck::Nothing);
+        assert_eq!(on_aeth(spans, Syndrome::Nak(NakCode::PsnSequenceError), Psn::new(25)).then, AfterAck::Nothing);
+        assert_eq!(on_aeth([], Syndrome::RnrNak { timer: 1 }, Psn::new(3)).then, AfterAck::Nothing);
     }
 }

@@ -16,3 +16,4 @@ pub mod psn;
 pub mod responder;
 pub mod segment;
 pub mod timers;
+pub mod wire;

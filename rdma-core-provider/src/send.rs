@@ -1,0 +1,402 @@
+//! Posting sends: WQEs are written into the mapped SQ and published with a release store of the
+//! producer index, then one doorbell syscall per batch (`POST_SEND` with no WRs, as rdma_rxe's
+//! provider does) tells the kernel to look. Both the classic `ibv_post_send` and the extended
+//! `ibv_wr_*` API (which perftest uses by default) end up here.
+
+use crate::{
+    ffi::{private::verbs_qp, verbs::*},
+    qp::Qp,
+};
+use core::ffi::{c_int, c_void};
+use rxe_rs_uapi::{send_flags, send_opcode, SendWqe, Sge};
+use std::{
+    cell::UnsafeCell,
+    mem::size_of,
+    sync::atomic::{AtomicBool, Ordering},
+};
+
+/// The SQ's producer lock. A plain flag, because the `ibv_wr_*` API holds it from
+/// `wr_start` to `wr_complete` across calls (no guard object can live that long).
+#[derive(Default)]
+pub struct SqLock(AtomicBool);
+
+impl SqLock {
+    fn lock(&self) {
+        while self.0.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            std::thread::yield_now();
+        }
+    }
+
+    fn unlock(&self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// A batch of WQEs being written (between `wr_start` and `wr_complete`), under the SQ lock.
+#[derive(Default)]
+pub struct Batch {
+    /// Producer index when the batch started (restored by `wr_abort`).
+    start: u32,
+    /// Next free index.
+    next: u32,
+    /// The WQE being built (the last `wr_*` opcode call), if any.
+    current: Option<u32>,
+    /// First error of the batch: `wr_complete` returns it and discards the batch.
+    error: c_int,
+}
+
+/// Send-side state of a QP.
+#[derive(Default)]
+pub struct SendQueue {
+    pub lock: SqLock,
+    pub batch: UnsafeCell<Batch>,
+    /// SGEs a send WR may carry, and inline bytes (what the kernel granted).
+    pub max_sge: u32,
+    pub max_inline: u32,
+}
+
+// SAFETY: `batch` is only touched with `lock` held.
+unsafe impl Sync for SendQueue {}
+
+fn qp_of<'a>(ibqp: *mut ibv_qp) -> &'a Qp {
+    // SAFETY: every `ibv_qp` we hand out starts a `Qp` (asserted in qp.rs).
+    unsafe { &*ibqp.cast::<Qp>() }
+}
+
+/// The doorbell: tells the kernel the SQ has new WQEs.
+fn ring_doorbell(ibqp: *mut ibv_qp) -> c_int {
+    #[repr(C)]
+    struct Cmd {
+        hdr: ib_uverbs_cmd_hdr,
+        core: ib_uverbs_post_send,
+    }
+    let mut resp = ib_uverbs_post_send_resp::default();
+    // SAFETY: a live QP of ours and its context.
+    let (handle, fd) = unsafe { ((*ibqp).handle, (*(*ibqp).context).cmd_fd) };
+    let cmd = Cmd {
+        hdr: ib_uverbs_cmd_hdr {
+            command: IB_USER_VERBS_CMD_POST_SEND,
+            in_words: (size_of::<Cmd>() / 4) as u16,
+            out_words: (size_of::<ib_uverbs_post_send_resp>() / 4) as u16,
+        },
+        core: ib_uverbs_post_send {
+            response: &mut resp as *mut _ as u64,
+            qp_handle: handle,
+            wr_count: 0,
+            sge_count: 0,
+            wqe_size: size_of::<ib_uverbs_send_wr>() as u32,
+            ..Default::default()
+        },
+    };
+    // SAFETY: writes our command struct to the uverbs fd; the kernel writes `resp`.
+    let n = unsafe { libc::write(fd, (&cmd as *const Cmd).cast::<c_void>(), size_of::<Cmd>()) };
+    if n == size_of::<Cmd>() as isize {
+        0
+    } else {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+    }
+}
+
+/// Whether the QP may post sends at all (RTS or later; the kernel flushes in ERR).
+fn can_post(ibqp: *mut ibv_qp) -> bool {
+    // SAFETY: libibverbs keeps `state` current (ibv_modify_qp updates it).
+    let state = unsafe { (*ibqp).state };
+    !matches!(state, IBV_QPS_RESET | IBV_QPS_INIT | IBV_QPS_RTR)
+}
+
+impl Qp {
+    /// The slot of SQ index `index`, if the ring has room for it.
+    fn free_slot(&self, index: u32) -> Option<*mut u8> {
+        let sq = self.sq.as_ref()?;
+        (index.wrapping_sub(sq.consumer()) < sq.geometry().slots()).then(|| sq.slot(index))
+    }
+}
+
+/// Writes a WQE header into `slot`.
+///
+/// # Safety
+///
+/// `slot` is an SQ slot (at least 64 bytes, writable).
+unsafe fn write_header(slot: *mut u8, wqe: &SendWqe) {
+    // SAFETY: as documented.
+    unsafe { core::ptr::write_unaligned(slot.cast::<SendWqe>(), *wqe) }
+}
+
+/// Writes the data part of a WQE at `slot` from `sges`: as SGEs, or inline (copying the bytes
+/// they point at). Returns `(num_sge, inline_len)`.
+///
+/// # Safety
+///
+/// `slot` is an SQ slot sized for `max_sge` SGEs and `max_inline` bytes; with `inline`, every
+/// SGE's `addr` is readable for `length` bytes (the ibverbs contract for inline sends).
+unsafe fn write_data(send: &SendQueue, slot: *mut u8, sges: &[Sge], inline: bool) -> Result<(u32, u32), c_int> {
+    // SAFETY: (all blocks) the destinations are inside the slot, whose size the bounds checks
+    // below keep to; sources are the caller's as documented.
+    let data = unsafe { slot.add(size_of::<SendWqe>()) };
+    if inline {
+        let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
+        if total > u64::from(send.max_inline) {
+            return Err(libc::EINVAL);
+        }
+        let mut at = 0usize;
+        for s in sges {
+            unsafe { core::ptr::copy_nonoverlapping(s.addr as usize as *const u8, data.add(at), s.length as usize) };
+            at += s.length as usize;
+        }
+        Ok((0, total as u32))
+    } else {
+        if sges.len() > send.max_sge as usize {
+            return Err(libc::EINVAL);
+        }
+        unsafe { core::ptr::copy_nonoverlapping(sges.as_ptr(), data.cast::<Sge>(), sges.len()) };
+        Ok((sges.len() as u32, 0))
+    }
+}
+
+/// `ibv_post_send`.
+///
+/// # Safety
+///
+/// `ibqp` is ours; `wr` is a valid list; `bad` a valid out-pointer.
+pub unsafe extern "C" fn post_send(ibqp: *mut ibv_qp, mut wr: *mut ibv_send_wr, bad: *mut *mut ibv_send_wr) -> c_int {
+    let qp = qp_of(ibqp);
+    if !can_post(ibqp) {
+        // SAFETY: valid out-pointer.
+        unsafe { *bad = wr };
+        return libc::EINVAL;
+    }
+    let Some(sq) = &qp.sq else { return libc::EINVAL };
+    qp.send.lock.lock();
+    let mut producer = sq.producer();
+    let mut ret = 0;
+    while !wr.is_null() {
+        // SAFETY: a valid WR of the caller's list.
+        let w = unsafe { &*wr };
+        let Some(slot) = qp.free_slot(producer) else {
+            ret = libc::ENOMEM;
+            break;
+        };
+        let supported = matches!(
+            w.opcode,
+            IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM | IBV_WR_RDMA_READ
+        );
+        if !supported || w.num_sge < 0 {
+            ret = libc::EINVAL;
+            break;
+        }
+        let inline = w.send_flags & IBV_SEND_INLINE != 0;
+        // SAFETY: `sg_list` has `num_sge` entries; `ibv_sge` is laid out as `Sge` (tested).
+        let sges = unsafe { core::slice::from_raw_parts(w.sg_list.cast::<Sge>(), w.num_sge as usize) };
+        // SAFETY: a free slot of our SQ; inline sources are the caller's buffers.
+        let (num_sge, inline_len) = match unsafe { write_data(&qp.send, slot, sges, inline) } {
+            Ok(v) => v,
+            Err(e) => {
+                ret = e;
+                break;
+            }
+        };
+        // SAFETY: the union members match the opcode (rdma and imm_data are plain data).
+        let (remote_addr, rkey, imm) = unsafe { (w.wr.rdma.remote_addr, w.wr.rdma.rkey, w.__bindgen_anon_1.imm_data) };
+        let wqe = SendWqe {
+            wr_id: w.wr_id,
+            opcode: w.opcode,
+            flags: w.send_flags,
+            num_sge,
+            inline_len,
+            imm_data: imm,
+            remote_addr,
+            rkey,
+            ..Default::default()
+        };
+        // SAFETY: a free slot of our SQ.
+        unsafe { write_header(slot, &wqe) };
+        producer = producer.wrapping_add(1);
+        wr = w.next;
+    }
+    let posted = producer != sq.producer();
+    sq.set_producer(producer);
+    qp.send.lock.unlock();
+    if posted {
+        let e = ring_doorbell(ibqp);
+        if e != 0 && ret == 0 {
+            ret = e;
+        }
+    }
+    if ret != 0 {
+        // SAFETY: valid out-pointer.
+        unsafe { *bad = wr };
+    }
+    ret
+}
+
+// The extended API. Each `wr_<opcode>` starts a WQE at the batch's next index; the
+// `wr_set_*` calls that follow fill in its data.
+
+fn qp_of_ex<'a>(qpx: *mut ibv_qp_ex) -> &'a Qp {
+    qp_of(qpx.cast::<ibv_qp>())
+}
+
+fn batch(qp: &Qp) -> &mut Batch {
+    // SAFETY: the `wr_*` calls run between `wr_start` and `wr_complete`/`wr_abort`, holding
+    // the SQ lock, from one thread (the ibverbs contract).
+    unsafe { &mut *qp.send.batch.get() }
+}
+
+/// Starts a WQE with `opcode`: header from the QP's `wr_id`/`wr_flags`, data to follow.
+fn begin(qpx: *mut ibv_qp_ex, opcode: u32, rkey: u32, remote_addr: u64, imm: u32) {
+    let qp = qp_of_ex(qpx);
+    let b = batch(qp);
+    if b.error != 0 {
+        return;
+    }
+    let Some(slot) = qp.free_slot(b.next) else {
+        b.error = libc::ENOMEM;
+        b.current = None;
+        return;
+    };
+    // SAFETY: `qpx` is ours; plain fields the caller set.
+    let (wr_id, flags) = unsafe { ((*qpx).wr_id, (*qpx).wr_flags) };
+    let wqe = SendWqe { wr_id, opcode, flags, imm_data: imm, remote_addr, rkey, ..Default::default() };
+    // SAFETY: a free slot of our SQ.
+    unsafe { write_header(slot, &wqe) };
+    b.current = Some(b.next);
+    b.next = b.next.wrapping_add(1);
+}
+
+/// Fills the data of the current WQE.
+fn set_data(qpx: *mut ibv_qp_ex, sges: &[Sge], inline: bool) {
+    let qp = qp_of_ex(qpx);
+    let b = batch(qp);
+    let (Some(index), Some(sq)) = (b.current, qp.sq.as_ref()) else {
+        if b.error == 0 {
+            b.error = libc::EINVAL;
+        }
+        return;
+    };
+    let slot = sq.slot(index);
+    // SAFETY: the current WQE's slot, reserved by `begin`; inline sources are the caller's.
+    match unsafe { write_data(&qp.send, slot, sges, inline) } {
+        Ok((num_sge, inline_len)) => {
+            // SAFETY: the header `begin` wrote; patch its data fields.
+            unsafe {
+                let mut wqe = core::ptr::read_unaligned(slot.cast::<SendWqe>());
+                wqe.num_sge = num_sge;
+                wqe.inline_len = inline_len;
+                if inline {
+                    wqe.flags |= send_flags::INLINE;
+                }
+                write_header(slot, &wqe);
+            }
+        }
+        Err(e) => b.error = e,
+    }
+}
+
+unsafe extern "C" fn wr_start(qpx: *mut ibv_qp_ex) {
+    let qp = qp_of_ex(qpx);
+    qp.send.lock.lock();
+    let producer = qp.sq.as_ref().map_or(0, |sq| sq.producer());
+    *batch(qp) = Batch { start: producer, next: producer, current: None, error: 0 };
+}
+
+unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
+    let qp = qp_of_ex(qpx);
+    let b = batch(qp);
+    let (error, start, next) = (b.error, b.start, b.next);
+    let Some(sq) = qp.sq.as_ref() else {
+        qp.send.lock.unlock();
+        return libc::EINVAL;
+    };
+    if error == 0 && !can_post(qpx.cast()) {
+        qp.send.lock.unlock();
+        return libc::EINVAL;
+    }
+    if error != 0 {
+        // Nothing of a failed batch is posted (the ring's producer never moved).
+        qp.send.lock.unlock();
+        return error;
+    }
+    sq.set_producer(next);
+    qp.send.lock.unlock();
+    if next != start {
+        return ring_doorbell(qpx.cast());
+    }
+    0
+}
+
+unsafe extern "C" fn wr_abort(qpx: *mut ibv_qp_ex) {
+    qp_of_ex(qpx).send.lock.unlock();
+}
+
+unsafe extern "C" fn wr_send(qpx: *mut ibv_qp_ex) {
+    begin(qpx, send_opcode::SEND, 0, 0, 0);
+}
+
+unsafe extern "C" fn wr_send_imm(qpx: *mut ibv_qp_ex, imm: u32) {
+    begin(qpx, send_opcode::SEND_WITH_IMM, 0, 0, imm);
+}
+
+unsafe extern "C" fn wr_rdma_write(qpx: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
+    begin(qpx, send_opcode::RDMA_WRITE, rkey, remote_addr, 0);
+}
+
+unsafe extern "C" fn wr_rdma_write_imm(qpx: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, imm: u32) {
+    begin(qpx, send_opcode::RDMA_WRITE_WITH_IMM, rkey, remote_addr, imm);
+}
+
+unsafe extern "C" fn wr_rdma_read(qpx: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
+    begin(qpx, send_opcode::RDMA_READ, rkey, remote_addr, 0);
+}
+
+unsafe extern "C" fn wr_set_sge(qpx: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    set_data(qpx, &[Sge { addr, length, lkey }], false);
+}
+
+unsafe extern "C" fn wr_set_sge_list(qpx: *mut ibv_qp_ex, num_sge: usize, list: *const ibv_sge) {
+    // SAFETY: the caller's list has `num_sge` entries; `ibv_sge` is laid out as `Sge`.
+    let sges = unsafe { core::slice::from_raw_parts(list.cast::<Sge>(), num_sge) };
+    set_data(qpx, sges, false);
+}
+
+unsafe extern "C" fn wr_set_inline_data(qpx: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
+    let Ok(length) = u32::try_from(length) else {
+        return set_data(qpx, &[Sge { addr: 0, length: u32::MAX, lkey: 0 }], true);
+    };
+    set_data(qpx, &[Sge { addr: addr as u64, length, lkey: 0 }], true);
+}
+
+unsafe extern "C" fn wr_set_inline_data_list(qpx: *mut ibv_qp_ex, num_buf: usize, list: *const ibv_data_buf) {
+    // SAFETY: the caller's list has `num_buf` entries.
+    let bufs = unsafe { core::slice::from_raw_parts(list, num_buf) };
+    let mut sges = Vec::with_capacity(num_buf);
+    for b in bufs {
+        sges.push(Sge { addr: b.addr as u64, length: u32::try_from(b.length).unwrap_or(u32::MAX), lkey: 0 });
+    }
+    set_data(qpx, &sges, true);
+}
+
+/// The `ibv_qp_ex` operations we offer for `send_ops_flags`, or `None` if it asks for more.
+pub fn supported_send_ops(flags: u64) -> bool {
+    let ours = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ;
+    flags & !u64::from(ours) == 0
+}
+
+/// Makes `vqp` an extended QP: fills in the `ibv_wr_*` operations.
+pub fn init_qp_ex(vqp: &mut verbs_qp) {
+    let x = &mut vqp.qp_ex;
+    x.wr_start = Some(wr_start);
+    x.wr_complete = Some(wr_complete);
+    x.wr_abort = Some(wr_abort);
+    x.wr_send = Some(wr_send);
+    x.wr_send_imm = Some(wr_send_imm);
+    x.wr_rdma_write = Some(wr_rdma_write);
+    x.wr_rdma_write_imm = Some(wr_rdma_write_imm);
+    x.wr_rdma_read = Some(wr_rdma_read);
+    x.wr_set_sge = Some(wr_set_sge);
+    x.wr_set_sge_list = Some(wr_set_sge_list);
+    x.wr_set_inline_data = Some(wr_set_inline_data);
+    x.wr_set_inline_data_list = Some(wr_set_inline_data_list);
+    /// `VERBS_QP_EX` (driver.h): `ibv_qp_to_qp_ex` returns the extended QP.
+    const VERBS_QP_EX: u32 = 1 << 1;
+    vqp.comp_mask |= VERBS_QP_EX;
+}

@@ -1,0 +1,252 @@
+//! Building RoCEv2 datagrams: IP and UDP headers, the transport headers, room for the payload,
+//! its pad and the ICRC. The caller allocates the buffer ([`Frame::len`]), fills the payload
+//! in place (no intermediate copy) and seals the frame with [`seal`].
+
+use super::{
+    av::{AddressVector, Family},
+    headers::{Aeth, Bth, Reth},
+    icrc::{icrc, Crc32, IPV4_HDR_BYTES, IPV6_HDR_BYTES, UDP_HDR_BYTES},
+    opcode::{AETH_BYTES, BTH_BYTES, ICRC_BYTES, IMMDT_BYTES, RETH_BYTES},
+    packet::ROCE_V2_PORT,
+    segment::pad_of,
+};
+
+/// IPv4 "don't fragment", set by rdma_rxe and RoCE NICs.
+const IPV4_DF: u16 = 0x4000;
+/// IP protocol number of UDP.
+const IPPROTO_UDP: u8 = 17;
+
+/// Everything before the payload of one packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// Source and destination (from the QP's address vector).
+    pub av: AddressVector,
+    /// UDP source port (spreads flows across ECMP paths and receive queues).
+    pub sport: u16,
+    /// The BTH; its `pad` is computed from the payload length.
+    pub bth: Bth,
+    /// RDMA extended header (first packet of a WRITE, READ request).
+    pub reth: Option<Reth>,
+    /// ACK extended header (ACKs, READ responses).
+    pub aeth: Option<Aeth>,
+    /// Immediate data, as the 4 bytes go on the wire.
+    pub immdt: Option<[u8; 4]>,
+    /// Payload bytes.
+    pub payload_len: u32,
+}
+
+impl Frame {
+    const fn ip_header_len(&self) -> Option<usize> {
+        match self.av.families() {
+            Some((Family::Ipv4(_), _)) => Some(IPV4_HDR_BYTES),
+            Some((Family::Ipv6(_), _)) => Some(IPV6_HDR_BYTES),
+            None => None,
+        }
+    }
+
+    /// Bytes of the transport headers (BTH and extended headers).
+    fn transport_header_len(&self) -> usize {
+        BTH_BYTES
+            + if self.reth.is_some() { RETH_BYTES } else { 0 }
+            + if self.aeth.is_some() { AETH_BYTES } else { 0 }
+            + if self.immdt.is_some() { IMMDT_BYTES } else { 0 }
+    }
+
+    /// Offset of the payload in the datagram.
+    pub fn payload_offset(&self) -> Option<usize> {
+        Some(self.ip_header_len()? + UDP_HDR_BYTES + self.transport_header_len())
+    }
+
+    /// Bytes of the whole IP datagram, ICRC included; `None` for an address vector mixing families.
+    pub fn len(&self) -> Option<usize> {
+        Some(self.payload_offset()? + self.payload_len as usize + pad_of(self.payload_len) as usize + ICRC_BYTES)
+    }
+
+    /// Writes the headers (everything before the payload) and zeroes the pad into `buf`, which
+    /// must be [`Frame::len`] bytes. Returns the payload's range for the caller to fill.
+    pub fn write_headers(&self, buf: &mut [u8]) -> Option<core::ops::Range<usize>> {
+        let total = self.len()?;
+        if buf.len() != total {
+            return None;
+        }
+        let ip_len = match self.av.families()? {
+            (Family::Ipv4(src), Family::Ipv4(dst)) => {
+                let h = &mut buf[..IPV4_HDR_BYTES];
+                h[0] = 0x45;
+                h[1] = self.av.traffic_class;
+                h[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+                h[4..6].copy_from_slice(&0u16.to_be_bytes()); // ID: unused with DF
+                h[6..8].copy_from_slice(&IPV4_DF.to_be_bytes());
+                h[8] = self.av.hop_limit;
+                h[9] = IPPROTO_UDP;
+                h[12..16].copy_from_slice(&src);
+                h[16..20].copy_from_slice(&dst);
+                let sum = ipv4_checksum(h);
+                h[10..12].copy_from_slice(&sum.to_be_bytes());
+                IPV4_HDR_BYTES
+            }
+            (Family::Ipv6(src), Family::Ipv6(dst)) => {
+                let h = &mut buf[..IPV6_HDR_BYTES];
+                let word = (6u32 << 28) | (u32::from(self.av.traffic_class) << 20) | (self.av.flow_label & 0xf_ffff);
+                h[0..4].copy_from_slice(&word.to_be_bytes());
+                h[4..6].copy_from_slice(&((total - IPV6_HDR_BYTES) as u16).to_be_bytes());
+                h[6] = IPPROTO_UDP;
+                h[7] = self.av.hop_limit;
+                h[8..24].copy_from_slice(&src);
+                h[24..40].copy_from_slice(&dst);
+                IPV6_HDR_BYTES
+            }
+            _ => return None,
+        };
+        let udp = &mut buf[ip_len..ip_len + UDP_HDR_BYTES];
+        udp[0..2].copy_from_slice(&self.sport.to_be_bytes());
+        udp[2..4].copy_from_slice(&ROCE_V2_PORT.to_be_bytes());
+        udp[4..6].copy_from_slice(&((total - ip_len) as u16).to_be_bytes());
+        udp[6..8].copy_from_slice(&[0, 0]); // no UDP checksum: the ICRC covers the packet
+        let mut at = ip_len + UDP_HDR_BYTES;
+        let bth = Bth { pad: pad_of(self.payload_len), ..self.bth };
+        bth.write(&mut buf[at..at + BTH_BYTES]);
+        at += BTH_BYTES;
+        if let Some(reth) = &self.reth {
+            reth.write(&mut buf[at..at + RETH_BYTES]);
+            at += RETH_BYTES;
+        }
+        if let Some(aeth) = &self.aeth {
+            aeth.write(&mut buf[at..at + AETH_BYTES]);
+            at += AETH_BYTES;
+        }
+        if let Some(imm) = &self.immdt {
+            buf[at..at + IMMDT_BYTES].copy_from_slice(imm);
+            at += IMMDT_BYTES;
+        }
+        let payload = at..at + self.payload_len as usize;
+        for b in &mut buf[payload.end..total - ICRC_BYTES] {
+            *b = 0;
+        }
+        Some(payload)
+    }
+}
+
+/// Computes the ICRC of a datagram whose headers and payload are written and stores it in its
+/// last four bytes.
+pub fn seal(buf: &mut [u8], crc: &impl Crc32) -> Option<()> {
+    let body_len = buf.len().checked_sub(ICRC_BYTES)?;
+    let value = icrc(crc, &buf[..body_len])?;
+    buf[body_len..].copy_from_slice(&value.to_le_bytes());
+    Some(())
+}
+
+/// The IPv4 header checksum of `h` (20 bytes, checksum field included as it is).
+fn ipv4_checksum(h: &[u8]) -> u16 {
+    let mut sum = 0u32;
+    for (i, pair) in h.chunks(2).enumerate() {
+        if i != 5 {
+            sum += u32::from(u16::from_be_bytes([pair[0], pair[1]]));
+        }
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// The UDP source port of a QP, as rdma_rxe picks it: 0xC000 plus a 14-bit hash of the QPN.
+pub const fn qp_source_port(qpn: u32) -> u16 {
+    // hash_32(qpn, 14): the kernel's golden-ratio multiplicative hash.
+    let hash = qpn.wrapping_mul(0x61c8_8647) >> (32 - 14);
+    0xc000 | hash as u16
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use crate::{
+        headers::{NakCode, Syndrome},
+        icrc::SoftCrc32,
+        opcode::Opcode,
+        packet::parse,
+        psn::Psn,
+    };
+    use std::vec;
+
+    fn v4(a: [u8; 4]) -> [u8; 16] {
+        let mut g = [0u8; 16];
+        g[10] = 0xff;
+        g[11] = 0xff;
+        g[12..].copy_from_slice(&a);
+        g
+    }
+
+    fn frame(av: AddressVector, opcode: Opcode, payload_len: u32) -> Frame {
+        Frame {
+            av,
+            sport: qp_source_port(17),
+            bth: Bth { opcode: opcode.0, pkey: 0xffff, dest_qp: 0x11, psn: Psn::new(7), ack_req: true, ..Default::default() },
+            reth: None,
+            aeth: None,
+            immdt: None,
+            payload_len,
+        }
+    }
+
+    fn build(f: &Frame, fill: u8) -> std::vec::Vec<u8> {
+        let mut buf = vec![0xaau8; f.len().unwrap()];
+        let payload = f.write_headers(&mut buf).unwrap();
+        buf[payload].fill(fill);
+        seal(&mut buf, &SoftCrc32).unwrap();
+        buf
+    }
+
+    #[test]
+    fn a_built_ipv4_write_parses_back() {
+        let av = AddressVector { sgid: v4([10, 0, 0, 1]), dgid: v4([10, 0, 0, 2]), hop_limit: 64, ..Default::default() };
+        let mut f = frame(av, Opcode::RC_WRITE_ONLY_IMM, 13);
+        f.reth = Some(Reth { va: 0x1000, rkey: 0x1234, dma_len: 13 });
+        f.immdt = Some([1, 2, 3, 4]);
+        let buf = build(&f, 0x5a);
+        assert_eq!(buf.len(), 20 + 8 + 12 + 16 + 4 + 13 + 3 + 4);
+        assert_eq!(ipv4_checksum(&buf[..20]), u16::from_be_bytes([buf[10], buf[11]]), "header checksum");
+        let d = parse(&buf, &SoftCrc32).unwrap();
+        assert_eq!(d.bth.op(), Opcode::RC_WRITE_ONLY_IMM);
+        assert_eq!((d.bth.pad, d.bth.psn.get(), d.bth.dest_qp), (3, 7, 0x11));
+        assert_eq!(Reth::parse(d.ext_headers), f.reth);
+        assert_eq!(&d.ext_headers[16..], &[1, 2, 3, 4]);
+        assert_eq!(d.payload, &[0x5a; 13]);
+    }
+
+    #[test]
+    fn a_built_ipv6_nak_parses_back() {
+        let mut s = [0u8; 16];
+        s[0] = 0xfd;
+        s[15] = 1;
+        let mut d6 = s;
+        d6[15] = 2;
+        let av = AddressVector { sgid: s, dgid: d6, hop_limit: 255, flow_label: 0x12345, traffic_class: 3 };
+        let mut f = frame(av, Opcode::RC_ACK, 0);
+        f.aeth = Some(Aeth { syndrome: Syndrome::Nak(NakCode::PsnSequenceError), msn: 5 });
+        let buf = build(&f, 0);
+        assert_eq!(buf.len(), 40 + 8 + 12 + 4 + 4);
+        assert_eq!(&buf[..4], &[0x60, 0x31, 0x23, 0x45], "version, class, flow label");
+        let d = parse(&buf, &SoftCrc32).unwrap();
+        assert_eq!(Aeth::parse(d.ext_headers), f.aeth);
+        assert!(d.payload.is_empty());
+    }
+
+    #[test]
+    fn mixed_families_and_wrong_buffers_are_refused() {
+        let mut s = [0u8; 16];
+        s[0] = 0xfd;
+        let av = AddressVector { sgid: s, dgid: v4([10, 0, 0, 2]), ..Default::default() };
+        assert_eq!(frame(av, Opcode::RC_SEND_ONLY, 1).len(), None);
+        let ok = AddressVector { sgid: v4([1, 1, 1, 1]), dgid: v4([2, 2, 2, 2]), ..Default::default() };
+        assert_eq!(frame(ok, Opcode::RC_SEND_ONLY, 1).write_headers(&mut [0u8; 10]), None);
+    }
+
+    #[test]
+    fn source_ports_match_rdma_rxe() {
+        // The sport rdma_rxe used for QPN 17 in the golden capture.
+        assert_eq!(qp_source_port(17) & 0xc000, 0xc000);
+        assert_ne!(qp_source_port(17), qp_source_port(18));
+    }
+}

@@ -1,0 +1,433 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The requester: takes send WQEs off the user's SQ ring (each copied into the kernel and
+//! validated once), numbers their packets, and transmits within the window. Completion of
+//! what it sent is the completer's job; both work on the QP's state under its lock.
+
+use crate::{
+    device::RxeDevice,
+    kext::{ib::Device, mmap::RingIndex},
+    limits,
+    mr::AccessError,
+    proto::{
+        av::AddressVector,
+        headers::{Bth, Reth},
+        mtu::IbMtu,
+        psn::Psn,
+        segment::{packet_count, segment, MessageKind},
+        wire::Frame,
+    },
+    qp::{QpInner, QpState},
+    transmit::{Transmitter, TxError},
+    uapi::{send_flags, send_opcode, wc_opcode, wc_status, SendWqe, Sge},
+};
+use kernel::prelude::*;
+
+/// Packets sent beyond the last acknowledged one before the requester waits (as rdma_rxe).
+const WINDOW_PSNS: i32 = 128;
+/// An ACK is requested at least every this many packets of a long message.
+const PACKETS_PER_ACK_REQ: u32 = 32;
+
+/// A send WQE the kernel owns: the validated copy and its progress.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct SendWork {
+    pub(crate) wqe: SendWqe,
+    /// Message bytes.
+    pub(crate) len: u32,
+    /// PSN of its first packet (for a READ, of its first response).
+    pub(crate) first_psn: Psn,
+    /// PSNs it uses: packets, or READ response packets.
+    pub(crate) npkts: u32,
+    /// Packets sent so far; a READ counts 1 once its request went out.
+    pub(crate) sent: u32,
+    /// READ: response packets received (and scattered) so far.
+    pub(crate) read_got: u32,
+}
+
+impl SendWork {
+    pub(crate) fn is_read(&self) -> bool {
+        self.wqe.opcode == send_opcode::RDMA_READ
+    }
+
+    pub(crate) fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.npkts.max(1) - 1)
+    }
+
+    /// All of its packets (the READ request) are out.
+    pub(crate) fn fully_sent(&self) -> bool {
+        self.sent >= if self.is_read() { 1 } else { self.npkts }
+    }
+
+    fn kind(&self) -> MessageKind {
+        match self.wqe.opcode {
+            send_opcode::SEND => MessageKind::Send { imm: false, inv: false },
+            send_opcode::SEND_WITH_IMM => MessageKind::Send { imm: true, inv: false },
+            send_opcode::RDMA_WRITE => MessageKind::Write { imm: false },
+            send_opcode::RDMA_WRITE_WITH_IMM => MessageKind::Write { imm: true },
+            _ => MessageKind::Read,
+        }
+    }
+
+    /// The `ibv_wc_opcode` of its completion.
+    pub(crate) fn wc_opcode(&self) -> u32 {
+        match self.wqe.opcode {
+            send_opcode::RDMA_WRITE | send_opcode::RDMA_WRITE_WITH_IMM => wc_opcode::RDMA_WRITE,
+            send_opcode::RDMA_READ => wc_opcode::RDMA_READ,
+            _ => wc_opcode::SEND,
+        }
+    }
+}
+
+/// Send-side state of a QP.
+pub(crate) struct Requester {
+    /// Kernel copies of the WQEs, by SQ slot.
+    works: KVVec<SendWork>,
+    /// Their SGEs: `max_sge` per slot.
+    sges: KVVec<Sge>,
+    /// Their inline data: `max_inline` bytes per slot.
+    inline: KVVec<u8>,
+    max_sge: usize,
+    max_inline: usize,
+    /// Oldest WQE not completed (published as the ring's consumer index).
+    pub(crate) consumer: u32,
+    /// WQEs copied out of the ring.
+    pub(crate) fetched: u32,
+    /// The WQE being (or next to be) transmitted.
+    pub(crate) cur: u32,
+    /// PSN the next fetched WQE starts at.
+    pub(crate) next_psn: Psn,
+    /// Everything before this PSN is acknowledged.
+    pub(crate) acked_psn: Psn,
+    /// READ requests out whose responses are not all in.
+    pub(crate) reads_in_flight: u32,
+    /// Packets sent since the last one asking for an ACK.
+    noack_pkts: u32,
+    /// Retransmissions left (`retry_cnt`), RNR retries left (`rnr_retry`).
+    pub(crate) retries_left: u8,
+    pub(crate) rnr_left: u8,
+    /// Waiting out an RNR NAK's timer: nothing is sent until it expires.
+    pub(crate) rnr_wait: bool,
+    /// The retransmission (or RNR) timer is armed.
+    pub(crate) timer_armed: bool,
+}
+
+impl Requester {
+    /// State for an SQ of `slots` slots of up to `max_sge` SGEs or `max_inline` bytes.
+    pub(crate) fn new(slots: u32, max_sge: u32, max_inline: u32) -> Result<Self> {
+        let slots = slots as usize;
+        Ok(Self {
+            works: KVVec::from_elem(SendWork::default(), slots, GFP_KERNEL)?,
+            sges: KVVec::from_elem(Sge::default(), slots * max_sge as usize, GFP_KERNEL)?,
+            inline: KVVec::from_elem(0u8, slots * max_inline as usize, GFP_KERNEL)?,
+            max_sge: max_sge as usize,
+            max_inline: max_inline as usize,
+            consumer: 0,
+            fetched: 0,
+            cur: 0,
+            next_psn: Psn::new(0),
+            acked_psn: Psn::new(0),
+            reads_in_flight: 0,
+            noack_pkts: 0,
+            retries_left: 0,
+            rnr_left: 0,
+            rnr_wait: false,
+            timer_armed: false,
+        })
+    }
+
+    fn slot(&self, index: u32) -> usize {
+        index as usize % self.works.len()
+    }
+
+    /// The work at SQ index `index`.
+    pub(crate) fn work(&self, index: u32) -> &SendWork {
+        &self.works[self.slot(index)]
+    }
+
+    pub(crate) fn work_mut(&mut self, index: u32) -> &mut SendWork {
+        let slot = self.slot(index);
+        &mut self.works[slot]
+    }
+
+    /// The SGEs of the work at `index`.
+    pub(crate) fn sges_of(&self, index: u32) -> &[Sge] {
+        let w = self.work(index);
+        let base = self.slot(index) * self.max_sge;
+        &self.sges[base..base + w.wqe.num_sge as usize]
+    }
+
+    fn inline_of(&self, index: u32) -> &[u8] {
+        let w = self.work(index);
+        let base = self.slot(index) * self.max_inline;
+        &self.inline[base..base + w.wqe.inline_len as usize]
+    }
+
+    /// Starts over (RESET): the provider resets its side of the ring too.
+    pub(crate) fn reset(&mut self) {
+        self.consumer = 0;
+        self.fetched = 0;
+        self.cur = 0;
+        self.reads_in_flight = 0;
+        self.noack_pkts = 0;
+        self.rnr_wait = false;
+    }
+
+    /// Starts sending at `sq_psn` (move to RTS).
+    pub(crate) fn start(&mut self, sq_psn: Psn, retry_cnt: u8, rnr_retry: u8) {
+        self.next_psn = sq_psn;
+        self.acked_psn = sq_psn;
+        self.retries_left = retry_cnt;
+        self.rnr_left = rnr_retry;
+    }
+
+    /// A WQE in flight has packets not yet acknowledged.
+    pub(crate) fn outstanding(&self) -> bool {
+        self.consumer != self.cur || (self.cur != self.fetched && self.work(self.cur).sent > 0)
+    }
+
+    /// Copies the WQE at ring index `index` into the kernel and checks it. `Err` carries the
+    /// completion status the WQE fails with.
+    fn fetch_one(&mut self, qp: &QpInner, index: u32) -> core::result::Result<(), u32> {
+        let slot = self.slot(index);
+        let wqe: SendWqe = qp.sq.read(index, 0).unwrap_or_default();
+        // Whatever happens next, completions report this WQE's id and opcode.
+        self.works[slot] = SendWork { wqe, ..Default::default() };
+        let supported = matches!(
+            wqe.opcode,
+            send_opcode::SEND | send_opcode::SEND_WITH_IMM | send_opcode::RDMA_WRITE | send_opcode::RDMA_WRITE_WITH_IMM | send_opcode::RDMA_READ
+        );
+        if !supported {
+            return Err(wc_status::LOC_QP_OP_ERR);
+        }
+        let inline = wqe.flags & send_flags::INLINE != 0;
+        let len: u64 = if inline {
+            if wqe.opcode == send_opcode::RDMA_READ || wqe.inline_len as usize > self.max_inline {
+                return Err(wc_status::LOC_LEN_ERR);
+            }
+            let dst = &mut self.inline[slot * self.max_inline..][..wqe.inline_len as usize];
+            qp.sq.read_bytes(index, core::mem::size_of::<SendWqe>(), dst).map_err(|_| wc_status::LOC_QP_OP_ERR)?;
+            u64::from(wqe.inline_len)
+        } else {
+            if wqe.num_sge as usize > self.max_sge {
+                return Err(wc_status::LOC_LEN_ERR);
+            }
+            let mut total = 0u64;
+            for i in 0..wqe.num_sge as usize {
+                let sge: Sge = qp
+                    .sq
+                    .read(index, core::mem::size_of::<SendWqe>() + i * core::mem::size_of::<Sge>())
+                    .map_err(|_| wc_status::LOC_QP_OP_ERR)?;
+                total += u64::from(sge.length);
+                self.sges[slot * self.max_sge + i] = sge;
+            }
+            total
+        };
+        if len > u64::from(limits::MAX_MSG_SIZE) {
+            return Err(wc_status::LOC_LEN_ERR);
+        }
+        let mut wqe = wqe;
+        if !inline {
+            wqe.inline_len = 0;
+        } else {
+            wqe.num_sge = 0;
+        }
+        self.works[slot] = SendWork { wqe, len: len as u32, first_psn: Psn::new(0), npkts: 0, sent: 0, read_got: 0 };
+        Ok(())
+    }
+}
+
+/// Copies the payload bytes at message offset `offset` of the work at `index` into `out`.
+fn gather(dev: &Device<RxeDevice>, pd: u32, req: &Requester, index: u32, offset: u32, out: &mut [u8]) -> core::result::Result<(), u32> {
+    let w = req.work(index);
+    if w.wqe.flags & send_flags::INLINE != 0 {
+        let src = req.inline_of(index).get(offset as usize..offset as usize + out.len()).ok_or(wc_status::LOC_LEN_ERR)?;
+        out.copy_from_slice(src);
+        return Ok(());
+    }
+    let mut skip = u64::from(offset);
+    let mut out = out;
+    for sge in req.sges_of(index) {
+        if out.is_empty() {
+            break;
+        }
+        let len = u64::from(sge.length);
+        if skip >= len {
+            skip -= len;
+            continue;
+        }
+        let n = (len - skip).min(out.len() as u64) as usize;
+        let mr = dev.lookup_mr(sge.lkey).ok_or(wc_status::LOC_PROT_ERR)?;
+        let (chunk, rest) = out.split_at_mut(n);
+        mr.read(pd, sge.addr + skip, chunk, 0).map_err(|e| match e {
+            AccessError::OutOfBounds | AccessError::Denied => wc_status::LOC_PROT_ERR,
+        })?;
+        out = rest;
+        skip = 0;
+    }
+    if out.is_empty() {
+        Ok(())
+    } else {
+        Err(wc_status::LOC_LEN_ERR)
+    }
+}
+
+/// What a requester run ended with.
+pub(crate) enum RunEnd {
+    /// Sent what it could.
+    Idle,
+    /// The WQE at this index failed with this status: the QP must go to the error state.
+    Failed(u32, u32),
+    /// The ring is corrupt.
+    BrokenRing,
+}
+
+/// Fetches newly posted WQEs and sends what the window allows. Returns whether it sent
+/// anything, and how it ended.
+pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> (bool, RunEnd) {
+    let mtu = s.attrs.path_mtu;
+    let req = &mut s.req;
+    // Copy out what the process posted.
+    let producer = qp.sq.load(RingIndex::Producer);
+    if qp.sq.geometry().occupancy(producer, req.consumer).is_none() {
+        return (false, RunEnd::BrokenRing);
+    }
+    while req.fetched != producer {
+        let index = req.fetched;
+        if let Err(status) = req.fetch_one(qp, index) {
+            req.fetched = req.fetched.wrapping_add(1);
+            return (false, RunEnd::Failed(index, status));
+        }
+        let w = req.works[req.slot(index)];
+        let npkts = packet_count(w.len, mtu);
+        let first_psn = req.next_psn;
+        let w = req.work_mut(index);
+        w.first_psn = first_psn;
+        w.npkts = npkts;
+        req.next_psn = req.next_psn.add(npkts);
+        req.fetched = req.fetched.wrapping_add(1);
+    }
+    if req.rnr_wait {
+        return (false, RunEnd::Idle);
+    }
+    let Some(av) = s.attrs.av else {
+        return (false, RunEnd::Idle);
+    };
+    let mut tx = None;
+    let mut sent_any = false;
+    while s.req.cur != s.req.fetched {
+        let index = s.req.cur;
+        let w = *s.req.work(index);
+        if w.sent == 0 {
+            if w.is_read() && s.req.reads_in_flight >= u32::from(s.attrs.max_rd_atomic).max(1) {
+                break;
+            }
+            if w.wqe.flags & send_flags::FENCE != 0 && s.req.reads_in_flight > 0 {
+                break;
+            }
+        }
+        let psn = w.first_psn.add(if w.is_read() { w.read_got } else { w.sent });
+        if psn.diff(s.req.acked_psn) >= WINDOW_PSNS {
+            break;
+        }
+        if tx.is_none() {
+            tx = Transmitter::new(dev, &av);
+        }
+        // No route: the retransmission timer tries again.
+        let Some(t) = tx.as_ref() else { break };
+        let ack_req = match send_packet(dev, qp, &av, s.attrs.dest_qpn, mtu, &s.req, index, t) {
+            Ok(ack_req) => ack_req,
+            // Lost before the wire: the retransmission timer recovers it, as any loss.
+            Err(TxError::Dropped) => true,
+            Err(TxError::Payload(status)) => return (sent_any, RunEnd::Failed(index, status)),
+        };
+        sent_any = true;
+        let req = &mut s.req;
+        req.noack_pkts = if ack_req { 0 } else { req.noack_pkts + 1 };
+        let w = req.work_mut(index);
+        w.sent += 1;
+        let done = w.fully_sent();
+        let is_read = w.is_read();
+        if done {
+            req.cur = req.cur.wrapping_add(1);
+            if is_read {
+                req.reads_in_flight += 1;
+            }
+        }
+    }
+    (sent_any, RunEnd::Idle)
+}
+
+/// Builds and sends the next packet of the work at `index`; returns whether it asked for an ACK.
+#[allow(clippy::too_many_arguments)]
+fn send_packet(
+    dev: &Device<RxeDevice>,
+    qp: &QpInner,
+    av: &AddressVector,
+    dest_qpn: u32,
+    mtu: IbMtu,
+    req: &Requester,
+    index: u32,
+    tx: &Transmitter<'_>,
+) -> Result<bool, TxError> {
+    let w = req.work(index);
+    let av = *av;
+    if w.is_read() {
+        // A READ request asks for the responses not received yet (all of them, first time).
+        let skip = w.read_got * mtu.bytes();
+        let frame = Frame {
+            av,
+            sport: qp.sport,
+            bth: bth(crate::proto::opcode::Opcode::RC_READ_REQUEST.0, dest_qpn, w.first_psn.add(w.read_got), true, false),
+            reth: Some(Reth { va: w.wqe.remote_addr + u64::from(skip), rkey: w.wqe.rkey, dma_len: w.len - skip }),
+            aeth: None,
+            immdt: None,
+            payload_len: 0,
+        };
+        return tx.send(&frame, |_| Ok(())).map(|()| true);
+    }
+    let seg = segment(w.kind(), w.len, mtu, w.first_psn, w.sent);
+    let info = seg.opcode.info();
+    let (has_reth, has_imm) = info.map_or((false, false), |i| (i.reth, i.immdt));
+    let ack_req = seg.last || req.noack_pkts + 1 >= PACKETS_PER_ACK_REQ;
+    let solicited = seg.last && w.wqe.flags & send_flags::SOLICITED != 0;
+    let frame = Frame {
+        av,
+        sport: qp.sport,
+        bth: bth(seg.opcode.0, dest_qpn, seg.psn, ack_req, solicited),
+        reth: has_reth.then_some(Reth { va: w.wqe.remote_addr, rkey: w.wqe.rkey, dma_len: w.len }),
+        aeth: None,
+        immdt: has_imm.then_some(w.wqe.imm_data.to_ne_bytes()),
+        payload_len: seg.len,
+    };
+    tx.send(&frame, |out| gather(dev, qp.pd, req, index, seg.offset, out)).map(|()| ack_req)
+}
+
+/// A request BTH.
+pub(crate) fn bth(opcode: u8, dest_qp: u32, psn: Psn, ack_req: bool, solicited: bool) -> Bth {
+    Bth {
+        opcode,
+        solicited,
+        mig_req: true,
+        pad: 0,
+        pkey: limits::DEFAULT_PKEY,
+        fecn: false,
+        becn: false,
+        dest_qp,
+        ack_req,
+        psn,
+    }
+}
+
+/// Takes whatever the process posted off the ring, unvalidated, so that it can be flushed:
+/// only the id and opcode of each WQE are used.
+pub(crate) fn fetch_for_flush(qp: &QpInner, req: &mut Requester) {
+    let producer = qp.sq.load(RingIndex::Producer);
+    if qp.sq.geometry().occupancy(producer, req.consumer).is_none() {
+        return; // a corrupt ring: nothing in it can be trusted, or flushed
+    }
+    while req.fetched != producer {
+        let index = req.fetched;
+        let wqe: SendWqe = qp.sq.read(index, 0).unwrap_or_default();
+        *req.work_mut(index) = SendWork { wqe, ..Default::default() };
+        req.fetched = req.fetched.wrapping_add(1);
+    }
+}
