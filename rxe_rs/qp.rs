@@ -7,7 +7,7 @@ use crate::{
         bindings,
         errno::eopnotsupp,
         ib::{self, QpAttr, QpInitAttr},
-        mmap::SharedRing,
+        mmap::{RingIndex, SharedRing},
         object::Udata,
     },
     limits,
@@ -63,8 +63,10 @@ mod mask {
     pub(super) const DEST_QPN: i32 = bindings::ib_qp_attr_mask_IB_QP_DEST_QPN as i32;
 }
 
-/// Remote rights a QP may grant.
-const QP_ACCESS: i32 = ib::access::REMOTE_WRITE | ib::access::REMOTE_READ | ib::access::REMOTE_ATOMIC;
+/// Rights a QP may grant. LOCAL_WRITE means nothing for a QP, but applications (perftest) pass
+/// it and rdma_rxe accepts it.
+const QP_ACCESS: i32 =
+    ib::access::LOCAL_WRITE | ib::access::REMOTE_WRITE | ib::access::REMOTE_READ | ib::access::REMOTE_ATOMIC;
 
 /// The attributes `modify_qp` sets.
 #[derive(Clone, Copy)]
@@ -295,6 +297,8 @@ impl QpInner {
             // Back to the creation state: the rings start over (the provider resets its side).
             s.req.reset();
             s.resp = Responder::default();
+            self.sq.store(RingIndex::Consumer, 0);
+            self.rq.store(RingIndex::Consumer, 0);
         }
         if next == state::ERR && cur != state::ERR {
             self.enter_error(s);

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs the VM selftests: boots the debug kernel with the built module and provider, runs every
 # test script inside, and fails if any test fails, the guest crashes or hangs, or the kernel log
-# shows a splat or a leak. Prints a KTAP log per VM and a closing "N passed, N failed" line.
+# shows a splat or a leak. Then the two-VM tests (selftests/pair/) on a pair of VMs joined by a
+# virtual link. Prints a KTAP log per VM and a closing "N passed, N failed" line.
 #
-#   selftests/run.sh [TEST.sh ...]      (default: every single-VM test)
+#   selftests/run.sh [TEST.sh ...]      (default: every single-VM test, then the pair tests)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../scripts/lib/env.sh"
@@ -11,28 +12,52 @@ source "$here/../scripts/lib/env.sh"
 results=${RXE_RS_RESULTS:-$RXE_RS_ROOT/results}
 mkdir -p "$results"
 single_vm_tests=("$@")
-((${#single_vm_tests[@]})) || single_vm_tests=("$here"/rxe_rs_*.sh)
+pair_tests=()
+if ((${#single_vm_tests[@]} == 0)); then
+	single_vm_tests=("$here"/rxe_rs_*.sh)
+	pair_tests=("$here"/pair/*.sh)
+fi
+
+passed=0 failed=0 skipped=0
+# Counts the KTAP results of LOG, whose guest ran run-suite.sh over TESTS....
+count() {
+	local log=$1 p s f t name
+	shift
+	p=$(grep -cE '^ok ' "$log")
+	s=$(grep -cE '^ok .*# SKIP' "$log")
+	f=$(grep -cE '^not ok ' "$log")
+	passed=$((passed + p - s)) skipped=$((skipped + s)) failed=$((failed + f))
+	if ! grep -q '^# suite: done' "$log"; then
+		echo "selftests: the guest of $log did not finish (crash, hang or timeout)"
+		failed=$((failed + 1))
+	fi
+	# A script that dies (or whose plan does not add up: ktap_finished exits 1) fails too.
+	for t in "$@"; do
+		name=$(basename "$t" .sh)
+		if ! grep -q "^# selftest: $name exit=0" "$log"; then
+			echo "selftests: $name did not exit cleanly (see $log)"
+			failed=$((failed + 1))
+		fi
+	done
+}
 
 log=$results/selftests-vm.log
 echo "selftests: booting a VM for ${#single_vm_tests[@]} test script(s); log: $log"
 "$RXE_RS_ROOT/scripts/vm.sh" --name rxe-selftest -- \
 	bash "$here/guest/run-suite.sh" "${single_vm_tests[@]}" 2>&1 | tee "$log"
+count "$log" "${single_vm_tests[@]}"
 
-passed=$(grep -cE '^ok ' "$log")
-skipped=$(grep -cE '^ok .*# SKIP' "$log")
-failed=$(grep -cE '^not ok ' "$log")
-passed=$((passed - skipped))
-if ! grep -q '^# suite: done' "$log"; then
-	echo "selftests: the guest did not finish the suite (crash, hang or timeout)"
-	failed=$((failed + 1))
+if ((${#pair_tests[@]})); then
+	pair_dir=$results/pair
+	rm -rf "$pair_dir"
+	echo "selftests: booting two VMs for ${#pair_tests[@]} pair test script(s); logs: $pair_dir"
+	"$RXE_RS_ROOT/scripts/vm-pair.sh" --timeout 3000 "$pair_dir" \
+		-- env RXE_RS_TEST_TIMEOUT=2700 bash "$here/guest/run-suite.sh" "${pair_tests[@]}" \
+		-- env RXE_RS_TEST_TIMEOUT=2700 bash "$here/guest/run-suite.sh" "${pair_tests[@]}"
+	for role in a b; do
+		sed "s/^/[$role] /" "$pair_dir/vm-$role.log"
+		count "$pair_dir/vm-$role.log" "${pair_tests[@]}"
+	done
 fi
-# A script that dies (or whose plan does not add up: ktap_finished exits 1) fails too.
-for t in "${single_vm_tests[@]}"; do
-	name=$(basename "$t" .sh)
-	if ! grep -q "^# selftest: $name exit=0" "$log"; then
-		echo "selftests: $name did not exit cleanly"
-		failed=$((failed + 1))
-	fi
-done
 echo "selftests: $passed passed, $failed failed, $skipped skipped"
 ((failed == 0 && passed > 0))

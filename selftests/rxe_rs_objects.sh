@@ -24,7 +24,7 @@ check "MR limits are reported" verbs mr_limits_reported
 check "UD and UC QPs (not implemented yet): EOPNOTSUPP" verbs qp_types_unsupported
 check "RC QPs: capacities, numbers, limits" verbs qp_caps
 check "RC QP state machine RESET-INIT-RTR-RTS-ERR-RESET, attributes, errnos" verbs qp_state_machine
-check "posting sends (datapath not implemented yet): EOPNOTSUPP" verbs post_send_unsupported
+check "posting sends: EINVAL before RTS and for atomics, WR_FLUSH_ERR in ERR" verbs post_send_states
 
 # A process killed with a PD and CQs open: the core cleans up, the module can go.
 /usr/bin/python3 -c "

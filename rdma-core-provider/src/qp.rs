@@ -153,7 +153,16 @@ pub unsafe extern "C" fn create_qp_ex(ctx: *mut ibv_context, attr: *mut ibv_qp_i
 pub unsafe extern "C" fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int {
     let mut cmd = ibv_modify_qp::default();
     // SAFETY: as documented; `cmd` is a local of the size passed.
-    unsafe { ibv_cmd_modify_qp(qp, attr, mask, &mut cmd, size_of_val(&cmd)) }
+    let ret = unsafe { ibv_cmd_modify_qp(qp, attr, mask, &mut cmd, size_of_val(&cmd)) };
+    // SAFETY: `attr` is valid.
+    if ret == 0 && mask & IBV_QP_STATE as c_int != 0 && unsafe { (*attr).qp_state } == IBV_QPS_RESET {
+        // Back to the creation state: the kernel zeroed its consumer indices, we ours.
+        // SAFETY: every `ibv_qp` we hand out starts a `Qp`.
+        let q = unsafe { &*qp.cast::<Qp>() };
+        let _guard = q.rq_lock.lock().unwrap_or_else(|e| e.into_inner());
+        q.sq.iter().chain(q.rq.iter()).for_each(|ring| ring.set_producer(0));
+    }
+    ret
 }
 
 /// `ibv_query_qp`.

@@ -15,7 +15,7 @@ for test in "$@"; do
 	[[ -e $KMEMLEAK ]] && echo clear >"$KMEMLEAK"
 	mark=$(dmesg | wc -l)
 	echo "# selftest: $name"
-	timeout 900 bash "$test"
+	timeout "${RXE_RS_TEST_TIMEOUT:-900}" bash "$test"
 	rc=$?
 	echo "# selftest: $name exit=$rc"
 

@@ -4,6 +4,7 @@ Usage: verbs.py DEVICE CHECK  (see CHECKS below)
 """
 import errno
 import sys
+import time
 
 from pyverbs.cq import CQ, CompChannel
 from pyverbs.device import Context
@@ -163,14 +164,29 @@ def qp_state_machine(ctx):
         sys.exit("not back in RESET")
 
 
-def post_send_unsupported(ctx):
+def post_send_states(ctx):
+    """Sends before RTS fail with EINVAL; atomics with EINVAL; in ERR they flush."""
+    from pyverbs.qp import QPAttr
     from pyverbs.wr import SGE, SendWR
     pd = PD(ctx)
     cq = CQ(ctx, 16)
     qp = new_rc_qp(ctx, pd, cq)
     mr = MR(pd, 64, e.IBV_ACCESS_LOCAL_WRITE)
-    wr = SendWR(opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(mr.buf, 8, mr.lkey)])
-    expect_errno(errno.EOPNOTSUPP, qp.post_send, wr)
+    wr = SendWR(wr_id=77, opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(mr.buf, 8, mr.lkey)])
+    expect_errno(errno.EINVAL, qp.post_send, wr)
+    qp.modify(QPAttr(qp_state=e.IBV_QPS_ERR), e.IBV_QP_STATE)
+    atomic = SendWR(wr_id=78, opcode=e.IBV_WR_ATOMIC_FETCH_AND_ADD, num_sge=1, sg=[SGE(mr.buf, 8, mr.lkey)])
+    expect_errno(errno.EINVAL, qp.post_send, atomic)
+    qp.post_send(wr)
+    for _ in range(100):
+        n, wcs = cq.poll()
+        if n:
+            break
+        time.sleep(0.05)
+    else:
+        sys.exit("no flush completion")
+    if (wcs[0].wr_id, wcs[0].status) != (77, e.IBV_WC_WR_FLUSH_ERR):
+        sys.exit(f"expected wr 77 flushed, got {wcs[0].wr_id} status {wcs[0].status}")
 
 
 def mr_register_keys(ctx):
@@ -216,7 +232,7 @@ def many_cqs(ctx):
 CHECKS = {f.__name__: f for f in [pd_alloc_dealloc, cq_create_poll_empty, cq_bad_sizes,
                                    cq_with_channel_arms, many_cqs, mr_register_keys,
                                    mr_bad_access, mr_limits_reported, qp_types_unsupported,
-                                   qp_caps, qp_state_machine, post_send_unsupported]}
+                                   qp_caps, qp_state_machine, post_send_states]}
 
 if __name__ == "__main__":
     device, check = sys.argv[1], sys.argv[2]

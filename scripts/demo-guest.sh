@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# One guest of the demo (scripts/run.sh): brings up rxers0 on the link to the other VM, then A
+# serves and B connects: ibv_rc_pingpong with payload checking, then ib_write_bw.
+source "$RXE_RS_ROOT/selftests/guest/pair.sh"
+pair_link
+set -x
+rdma link add rxers0 type rxe_rs netdev "$PAIR_DEV"
+rdma link show
+ibv_devices
+ibv_devinfo -d rxers0
+{ set +x; } 2>/dev/null
+gid=$(ipv4_gid_index rxers0)
+pair_wait_peer 900
+touch "$PAIR_RESULTS/$PAIR_ROLE.up"
+until [[ -e $PAIR_RESULTS/a.up && -e $PAIR_RESULTS/b.up ]]; do sleep 0.5; done
+retry() { for _ in $(seq 60); do "$@" && return; sleep 1; done; return 1; }
+if [[ $PAIR_ROLE == a ]]; then
+	set -x
+	ibv_rc_pingpong -d rxers0 -g "$gid" -c -s 4096 -n 100
+	ib_write_bw -d rxers0 -x "$gid" -F -s 65536 -n 200
+else
+	sleep 2
+	set -x
+	retry ibv_rc_pingpong -d rxers0 -g "$gid" -c -s 4096 -n 100 "$PAIR_PEER_IP"
+	sleep 2
+	retry ib_write_bw -d rxers0 -x "$gid" -F -s 65536 -n 200 "$PAIR_PEER_IP"
+fi

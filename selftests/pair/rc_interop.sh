@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# RC between two VMs (scripts/vm-pair.sh), in three pairings in one boot: rxe_rs on both ends,
+# rxe_rs (A) with the C rdma_rxe (B), and rdma_rxe (A) with rxe_rs (B). In each: ibv_rc_pingpong
+# with payload checking (-c) at 1 B..1 MiB, with and without completion events (-e), and
+# perftest send/write/read bandwidth and latency. A runs the servers, B the clients. KTAP
+# results go to stdout (the host counts them); the kernel log must stay clean.
+source "$RXE_RS_ROOT/selftests/guest/pair.sh"
+source "$RXE_RS_ROOT/selftests/guest/lib.sh"
+R=$PAIR_RESULTS
+me=$PAIR_ROLE
+[[ $me == a ]] && peer=b || peer=a
+
+# Both guests reach the named point (files in the shared results directory).
+barrier() {
+	touch "$R/$me.$1"
+	local deadline=$((SECONDS + 900))
+	until [[ -e $R/$peer.$1 ]]; do
+		((SECONDS < deadline)) || return 1
+		sleep 0.5
+	done
+}
+
+# Brings up STACK (rxe_rs or rdma_rxe) on the link; sets DEV and GID.
+stack_up() {
+	reset_modules
+	local type=rxe_rs
+	DEV=rxers0
+	[[ $1 == rdma_rxe ]] && type=rxe DEV=rxe0
+	rdma link add "$DEV" type "$type" netdev "$PAIR_DEV" || return 1
+	wait_for 30 ipv4_gid_index "$DEV" >/dev/null || return 1
+	GID=$(ipv4_gid_index "$DEV")
+}
+
+# Client side: retries while the server is not listening yet.
+client() {
+	local out i
+	for i in $(seq 60); do
+		out=$(timeout 150 "$@" 2>&1)
+		local rc=$?
+		if grep -qiE "couldn't connect|unable to connect|connection refused" <<<"$out"; then
+			sleep 1
+			continue
+		fi
+		echo "$out" | tail -4 | sed 's/^/# /'
+		echo "$out" >>"$R/$me.out"
+		return $rc
+	done
+	return 1
+}
+
+server() {
+	local out rc
+	out=$(timeout 240 "$@" 2>&1)
+	rc=$?
+	echo "$out" | tail -3 | sed 's/^/# /'
+	echo "$out" >>"$R/$me.out"
+	return $rc
+}
+
+# One exchange: A serves, B connects. Both report it (so both logs show what failed).
+run_case() {
+	local name=$1
+	shift
+	barrier "$label-$name" || { ktap_test_fail "$label $name (peer never came)"; return; }
+	if [[ $me == a ]]; then
+		check "$label $name (server)" server "$@"
+	else
+		check "$label $name (client)" client "$@" "$PAIR_PEER_IP"
+	fi
+}
+
+pairing() {
+	local mine=$1 theirs=$2
+	label="$3:"
+	barrier "$label-start" || return
+	check "$label $mine up on $PAIR_DEV" stack_up "$mine"
+	for size in 1 1024 4096 65536 1048576; do
+		local n=10
+		((size >= 1048576)) && n=3
+		run_case "ibv_rc_pingpong -c -s $size" ibv_rc_pingpong -d "$DEV" -g "$GID" -c -s "$size" -n "$n"
+	done
+	run_case "ibv_rc_pingpong -c -e -s 4096" ibv_rc_pingpong -d "$DEV" -g "$GID" -c -e -s 4096 -n 10
+	run_case "ibv_rc_pingpong -c -e -s 65536" ibv_rc_pingpong -d "$DEV" -g "$GID" -c -e -s 65536 -n 5
+	for t in ib_send_bw ib_write_bw ib_read_bw; do
+		run_case "$t -s 16384" "$t" -d "$DEV" -x "$GID" -F -s 16384 -n 20
+	done
+	for t in ib_send_lat ib_write_lat ib_read_lat; do
+		run_case "$t -s 64" "$t" -d "$DEV" -x "$GID" -F -s 64 -n 20
+	done
+	barrier "$label-end"
+}
+
+pair_link
+ktap_print_header
+ktap_set_plan 42
+pair_wait_peer 900 || { echo "# the peer never answered ping"; }
+if [[ $me == a ]]; then
+	pairing rxe_rs rxe_rs "rxe_rs<->rxe_rs"
+	pairing rxe_rs rdma_rxe "rxe_rs<->rdma_rxe"
+	pairing rdma_rxe rxe_rs "rdma_rxe<->rxe_rs"
+else
+	pairing rxe_rs rxe_rs "rxe_rs<->rxe_rs"
+	pairing rdma_rxe rxe_rs "rxe_rs<->rdma_rxe"
+	pairing rxe_rs rdma_rxe "rdma_rxe<->rxe_rs"
+fi
+reset_modules
+ktap_finished
