@@ -174,6 +174,10 @@ def post_send_states(ctx):
     mr = MR(pd, 64, e.IBV_ACCESS_LOCAL_WRITE)
     wr = SendWR(wr_id=77, opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(mr.buf, 8, mr.lkey)])
     expect_errno(errno.EINVAL, qp.post_send, wr)
+    attr = QPAttr(qp_state=e.IBV_QPS_INIT)
+    attr.pkey_index, attr.port_num, attr.qp_access_flags = 0, 1, 0
+    qp.modify(attr, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
+    expect_errno(errno.EINVAL, qp.post_send, wr)
     qp.modify(QPAttr(qp_state=e.IBV_QPS_ERR), e.IBV_QP_STATE)
     atomic = SendWR(wr_id=78, opcode=e.IBV_WR_ATOMIC_FETCH_AND_ADD, num_sge=1, sg=[SGE(mr.buf, 8, mr.lkey)])
     expect_errno(errno.EINVAL, qp.post_send, atomic)
