@@ -9,6 +9,7 @@
 #   make install         install module and provider on this machine
 #   make run             the demo: VM, device, ibv_devinfo (and pingpong/perftest once they work)
 #   make check           all tests: host unit tests + VM selftests
+#   make bench           rxe_rs vs rdma_rxe vs TCP on two VMs (bench kernel): table, CSV, PNG
 
 SHELL := /bin/bash
 ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
@@ -23,7 +24,7 @@ KDIR ?= $(shell $(ROOT)/scripts/kernel.sh path $(KFLAVOR))
 KDIR_DEP := $(if $(filter $(RXE_RS_CACHE)/%,$(KDIR)),$(KDIR)/.rxe_rs-built)
 KMAKE = $(MAKE) -C $(KDIR) M=$(ROOT) $(KMAKE_TOOLS)
 
-.PHONY: all module provider kdir kernel clean install setup run check test unit-test selftest
+.PHONY: all module provider kdir kernel clean install setup run check test unit-test selftest bench
 
 all: module provider
 
@@ -37,6 +38,7 @@ kdir:
 
 module: $(KDIR_DEP)
 	$(KMAKE) modules
+	@echo $(KDIR) >$(ROOT)/rxe_rs.ko.kdir
 
 provider:
 	cargo build --release --locked -p rxe_rs_provider
@@ -58,6 +60,9 @@ run:
 
 check test:
 	$(ROOT)/scripts/check.sh
+
+bench:
+	$(ROOT)/scripts/bench.sh
 
 unit-test:
 	cargo test --locked --workspace

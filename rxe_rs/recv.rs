@@ -7,7 +7,8 @@ use crate::{
     kext::{
         crc::KernelCrc32,
         errno::eaddrinuse,
-        ib::Device,
+        ib::{Device, DeviceRef},
+        netdev::NetDevice,
         skb::SkBuff,
         udp_tunnel::{EncapReceiver, UdpTunnel},
     },
@@ -24,11 +25,23 @@ pub(crate) struct Receiver;
 
 impl EncapReceiver for Receiver {
     fn receive(mut skb: SkBuff) {
-        // Datagrams arriving on a netdev without an rxe_rs device are not ours to count.
-        let Some(dev) = skb.netdev().and_then(Device::<RxeDevice>::get_by_netdev) else {
+        let looped_back = skb.netdev().is_some_and(NetDevice::is_loopback);
+        let dev = if looped_back {
+            None
+        } else {
+            // Datagrams arriving on a netdev without an rxe_rs device are not ours to count.
+            let Some(dev) = skb.netdev().and_then(Device::<RxeDevice>::get_by_netdev) else {
+                return;
+            };
+            Some(dev)
+        };
+        let ip = skb.ip_datagram();
+        // Between QPs of this host, datagrams come back through `lo`: they belong to the device
+        // on the netdev that owns their destination address.
+        let Some(dev) = dev.or_else(|| ip.as_ref().ok().and_then(|ip| device_of_local_destination(ip))) else {
             return;
         };
-        let outcome = match skb.ip_datagram() {
+        let outcome = match ip {
             Err(_) => Counter::RcvdMalformed,
             Ok(ip) => match packet::parse(ip, &KernelCrc32) {
                 Err(DropReason::Malformed) => Counter::RcvdMalformed,
@@ -42,6 +55,11 @@ impl EncapReceiver for Receiver {
         };
         dev.counters.inc(outcome);
     }
+}
+
+fn device_of_local_destination(ip: &[u8]) -> Option<DeviceRef<RxeDevice>> {
+    let ndev = NetDevice::with_local_address(packet::destination_address(ip)?)?;
+    Device::<RxeDevice>::get_by_netdev(&ndev)
 }
 
 /// The module's receive sockets on UDP 4791, IPv4 and (when the kernel has it) IPv6.

@@ -36,8 +36,14 @@ done
 
 kdir=$("$RXE_RS_ROOT/scripts/kernel.sh" path "$flavor")
 [[ -e $kdir/.rxe_rs-built ]] || { echo "vm.sh: kernel not built: run 'make kernel KFLAVOR=$flavor'" >&2; exit 1; }
-module=$RXE_RS_ROOT/rxe_rs.ko
+# RXE_RS_MODULE: a module built for another flavor's kernel (scripts/bench.sh).
+module=${RXE_RS_MODULE:-$RXE_RS_ROOT/rxe_rs.ko}
 [[ -e $module ]] || { echo "vm.sh: $module not built: run 'make module'" >&2; exit 1; }
+# A module built against the other flavor's kernel would load (same release) and then crash.
+if [[ -e $module.kdir && $(cat "$module.kdir") != "$kdir" ]]; then
+	echo "vm.sh: $module was built for $(cat "$module.kdir"): run 'make module KFLAVOR=$flavor'" >&2
+	exit 1
+fi
 
 # The guest's /lib/modules/$(uname -r) is the tree's .virtme_mods/lib/modules/0.0.0: put our
 # module there and index it, so that modprobe and `rdma link add` autoloading work as installed.

@@ -47,29 +47,29 @@ ctx = Context(name='$DEV'); pd = PD(ctx); cq = CQ(ctx, 8)
 qp = QP(pd, QPInitAttr(qp_type=2, scq=cq, rcq=cq, cap=QPCap()))
 print(qp.qp_num, flush=True)
 input()"; }
-read -r -t 60 qpn <&"${QPHOLDER[0]}"
+read -r -t 300 qpn <&"${QPHOLDER[0]}"
 send "$qpn" valid
 check "a valid packet for a QP in RESET ($qpn) counts in rcvd_qp_not_ready" wait_for 10 counter_is rcvd_qp_not_ready 1
 echo >&"${QPHOLDER[1]}"
-wait "$QPHOLDER_PID"
+reap "$QPHOLDER_PID"
 
 # SENDs from the wire into posted receives: single packet, and FIRST + LAST across the MTU
 # scattered over two SGEs. A PSN gap and a SEND with no receive left are dropped and counted.
 gid=$(for f in /sys/class/infiniband/$DEV/ports/1/gids/*; do grep -q "ffff:0a0b:0001" "$f" && basename "$f"; done | head -1)
 coproc RECV { /usr/bin/python3 -u "$here/guest/recv_target.py" "$DEV" "$gid"; }
-read -r -t 60 rqpn <&"${RECV[0]}"
+read -r -t 300 rqpn <&"${RECV[0]}"
 send "$rqpn" op:0x04:0:8:r      # SEND ONLY, PSN 0
 send "$rqpn" op:0x00:1:1024:A   # SEND FIRST, PSN 1
 send "$rqpn" op:0x02:2:100:B    # SEND LAST, PSN 2
 echo >&"${RECV[1]}"
-read -r -t 60 verdict <&"${RECV[0]}"
+read -r -t 300 verdict <&"${RECV[0]}"
 echo "# recv_target: $verdict"
 check "SENDs land in posted receives and complete (ibv_poll_cq)" test "$verdict" = received
-wait "$RECV_PID"
+reap "$RECV_PID"
 seq_before=$(counter rcvd_seq_err)
 rnr_before=$(counter rcvd_rnr)
 coproc RECV2 { /usr/bin/python3 -u "$here/guest/recv_target.py" "$DEV" "$gid"; }
-read -r -t 60 rqpn <&"${RECV2[0]}"
+read -r -t 300 rqpn <&"${RECV2[0]}"
 send "$rqpn" op:0x04:5:8:z      # a gap: PSN 5 while 0 is expected
 check "a PSN gap counts in rcvd_seq_err" wait_for 10 counter_is rcvd_seq_err $((seq_before + 1))
 send "$rqpn" op:0x04:0:8:r
@@ -78,7 +78,7 @@ send "$rqpn" op:0x04:2:8:z      # no receive left
 check "a SEND without a posted receive counts in rcvd_rnr" wait_for 10 counter_is rcvd_rnr $((rnr_before + 1))
 check "packets the responder took count in rcvd_pkts" test "$(counter rcvd_pkts)" -ge 5
 echo >&"${RECV2[1]}"
-wait "$RECV2_PID"
+reap "$RECV2_PID"
 
 before=$(( $(counter rcvd_malformed) + $(counter rcvd_icrc_err) ))
 send 0x123456 garbage 2000

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /* Out-of-line wrappers for static inlines and macros: see helpers.h. */
 #include <linux/if_vlan.h>
+#include <linux/inetdevice.h>
 #include <linux/mutex.h>
 #include <linux/vmalloc.h>
 #include <linux/highmem.h>
@@ -204,6 +205,34 @@ struct dst_entry *rxe_rs_helper_route_v6(struct net_device *ndev, const u8 *sadd
 	memcpy(&fl.daddr, daddr, 16);
 	dst = ipv6_stub->ipv6_dst_lookup_flow(dev_net(ndev), NULL, &fl, NULL);
 	return IS_ERR(dst) ? NULL : dst;
+#else
+	return NULL;
+#endif
+}
+
+/* The device holding local address `addr` in init_net (traffic between QPs of this host comes
+ * back through the loopback device), with a reference taken; NULL if no device has it. */
+struct net_device *rxe_rs_helper_dev_by_local_addr_v4(const u8 *addr)
+{
+	__be32 a;
+
+	memcpy(&a, addr, 4);
+	return ip_dev_find(&init_net, a);
+}
+
+struct net_device *rxe_rs_helper_dev_by_local_addr_v6(const u8 *addr)
+{
+#if IS_ENABLED(CONFIG_IPV6)
+	struct net_device *ndev;
+	struct in6_addr a;
+
+	memcpy(&a, addr, 16);
+	rcu_read_lock();
+	ndev = ipv6_stub->ipv6_dev_find(&init_net, &a, NULL);
+	if (ndev)
+		dev_hold(ndev);
+	rcu_read_unlock();
+	return ndev;
 #else
 	return NULL;
 #endif

@@ -38,6 +38,8 @@ struct sk_buff *rxe_rs_helper_alloc_tx_skb(struct net_device *ndev, unsigned int
 unsigned char *rxe_rs_helper_skb_data(const struct sk_buff *skb);
 struct dst_entry *rxe_rs_helper_route_v4(struct net_device *ndev, const u8 *saddr, const u8 *daddr);
 struct dst_entry *rxe_rs_helper_route_v6(struct net_device *ndev, const u8 *saddr, const u8 *daddr);
+struct net_device *rxe_rs_helper_dev_by_local_addr_v4(const u8 *addr);
+struct net_device *rxe_rs_helper_dev_by_local_addr_v6(const u8 *addr);
 void rxe_rs_helper_dst_hold(struct dst_entry *dst);
 int rxe_rs_helper_ip_local_out(struct sk_buff *skb, struct dst_entry *dst, bool ipv6);
 

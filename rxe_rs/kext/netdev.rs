@@ -7,7 +7,7 @@ use kernel::{
     error::to_result,
     prelude::*,
     str::CStr,
-    types::{AlwaysRefCounted, Opaque},
+    types::{ARef, AlwaysRefCounted, Opaque},
 };
 
 /// A `struct net_device`.
@@ -75,6 +75,29 @@ impl NetDevice {
         // SAFETY: valid device.
         let flags = unsafe { bindings::dev_get_flags(self.as_raw()) };
         flags & bindings::net_device_flags_IFF_UP != 0
+    }
+
+    /// A loopback device (`lo`).
+    pub(crate) fn is_loopback(&self) -> bool {
+        // SAFETY: valid device; `flags` changes under RTNL, a racy read of one bit is fine here.
+        let flags = unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*self.as_raw()).flags)) };
+        flags & bindings::net_device_flags_IFF_LOOPBACK != 0
+    }
+
+    /// The device of the initial namespace that has `addr` (an IPv4 or IPv6 address, 4 or 16
+    /// bytes) as one of its own addresses.
+    pub(crate) fn with_local_address(addr: &[u8]) -> Option<ARef<NetDevice>> {
+        // SAFETY: `addr` holds the 4 or 16 bytes the helper reads; it returns a device with a
+        // reference taken for us, or NULL.
+        let dev = unsafe {
+            match addr.len() {
+                4 => bindings::rxe_rs_helper_dev_by_local_addr_v4(addr.as_ptr()),
+                16 => bindings::rxe_rs_helper_dev_by_local_addr_v6(addr.as_ptr()),
+                _ => return None,
+            }
+        };
+        // SAFETY: a valid device whose reference passes to the `ARef`.
+        NonNull::new(dev).map(|dev| unsafe { ARef::from_raw(dev.cast()) })
     }
 
     /// A VLAN sub-device.

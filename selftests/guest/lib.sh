@@ -13,6 +13,15 @@ wait_for() {
 	done
 }
 
+# Waits up to S seconds (default 120) for background process PID to exit, then kills it: a
+# helper process that hangs must not hang the test (it would also keep the device open, and
+# `rdma link delete` waits for every user to close it). Returns the process's exit status.
+reap() {
+	local pid=$1 limit=${2:-120}
+	wait_for "$limit" eval "! kill -0 $pid 2>/dev/null" || { echo "# process $pid hung: killed"; kill -9 "$pid"; }
+	wait "$pid"
+}
+
 # Runs COMMAND..., which must fail, and its output must contain MESSAGE (the strerror of the
 # expected errno, as iproute2 and libibverbs print it).
 fails_with() {

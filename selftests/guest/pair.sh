@@ -46,3 +46,56 @@ ipv4_gid_index() {
 	done
 	return 1
 }
+
+# The helpers below also need selftests/guest/lib.sh (reset_modules, wait_for).
+
+# Both guests reach the named point (marker files in the shared results directory).
+pair_barrier() {
+	local peer=a
+	[[ $PAIR_ROLE == a ]] && peer=b
+	touch "$PAIR_RESULTS/$PAIR_ROLE.$1"
+	local deadline=$((SECONDS + 900))
+	until [[ -e $PAIR_RESULTS/$peer.$1 ]]; do
+		((SECONDS < deadline)) || return 1
+		sleep 0.5
+	done
+}
+
+# Brings up STACK (rxe_rs or rdma_rxe) on the link; sets DEV and GID.
+pair_stack_up() {
+	reset_modules
+	local type=rxe_rs
+	DEV=rxers0
+	[[ $1 == rdma_rxe ]] && type=rxe DEV=rxe0
+	rdma link add "$DEV" type "$type" netdev "$PAIR_DEV" || return 1
+	wait_for 30 ipv4_gid_index "$DEV" >/dev/null || return 1
+	GID=$(ipv4_gid_index "$DEV")
+}
+
+# Runs a client (COMMAND... SERVER_IP), retrying while the server is not listening yet. Its
+# output goes to PAIR_OUT and is appended to $PAIR_RESULTS/$PAIR_ROLE.out; the tail is shown.
+pair_client() {
+	local i rc
+	for i in $(seq 60); do
+		PAIR_OUT=$(timeout "${PAIR_CASE_TIMEOUT:-150}" "$@" 2>&1)
+		rc=$?
+		if grep -qiE "couldn't connect|unable to connect|connection refused" <<<"$PAIR_OUT"; then
+			sleep 1
+			continue
+		fi
+		echo "$PAIR_OUT" | tail -4 | sed 's/^/# /'
+		echo "$PAIR_OUT" >>"$PAIR_RESULTS/$PAIR_ROLE.out"
+		return $rc
+	done
+	return 1
+}
+
+# Runs a server (COMMAND...); output as for pair_client.
+pair_server() {
+	local rc
+	PAIR_OUT=$(timeout "$((${PAIR_CASE_TIMEOUT:-150} + 90))" "$@" 2>&1)
+	rc=$?
+	echo "$PAIR_OUT" | tail -3 | sed 's/^/# /'
+	echo "$PAIR_OUT" >>"$PAIR_RESULTS/$PAIR_ROLE.out"
+	return $rc
+}

@@ -8,6 +8,16 @@ mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 KMEMLEAK=/sys/kernel/debug/kmemleak
 SPLATS='WARNING:|BUG:|Oops|KASAN|kernel BUG|general protection fault|possible recursive locking|possible circular locking|inconsistent lock state|suspicious RCU usage|unreferenced object|UBSAN|soft lockup|hung_task|blocked for more than|Call Trace'
 
+# What every process is doing, and the blocked tasks' kernel stacks: printed before a test that
+# hangs is killed, so that the log says where it hung.
+dump_state() {
+	echo "# watchdog: $1 still running after $2 s; processes:"
+	ps -eo pid,ppid,stat,wchan:30,etime,args | grep -v ' \[' | sed 's/^/# ps: /'
+	echo w >/proc/sysrq-trigger
+	sleep 1
+	dmesg | tail -60 | sed 's/^/# blocked: /'
+}
+
 echo "# suite: kernel $(uname -r), $(nproc) CPUs"
 [[ -e $KMEMLEAK ]] || echo "# kmemleak is not available in this kernel: leak checks are skipped"
 for test in "$@"; do
@@ -15,8 +25,13 @@ for test in "$@"; do
 	[[ -e $KMEMLEAK ]] && echo clear >"$KMEMLEAK"
 	mark=$(dmesg | wc -l)
 	echo "# selftest: $name"
-	timeout "${RXE_RS_TEST_TIMEOUT:-900}" bash "$test"
+	limit=${RXE_RS_TEST_TIMEOUT:-900}
+	(sleep $((limit - 20)) && dump_state "$name" $((limit - 20))) &
+	watchdog=$!
+	timeout "$limit" bash "$test"
 	rc=$?
+	kill "$watchdog" 2>/dev/null
+	wait "$watchdog" 2>/dev/null
 	echo "# selftest: $name exit=$rc"
 
 	echo "# check: $name dmesg"

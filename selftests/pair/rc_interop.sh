@@ -6,74 +6,24 @@
 # results go to stdout (the host counts them); the kernel log must stay clean.
 source "$RXE_RS_ROOT/selftests/guest/pair.sh"
 source "$RXE_RS_ROOT/selftests/guest/lib.sh"
-R=$PAIR_RESULTS
-me=$PAIR_ROLE
-[[ $me == a ]] && peer=b || peer=a
-
-# Both guests reach the named point (files in the shared results directory).
-barrier() {
-	touch "$R/$me.$1"
-	local deadline=$((SECONDS + 900))
-	until [[ -e $R/$peer.$1 ]]; do
-		((SECONDS < deadline)) || return 1
-		sleep 0.5
-	done
-}
-
-# Brings up STACK (rxe_rs or rdma_rxe) on the link; sets DEV and GID.
-stack_up() {
-	reset_modules
-	local type=rxe_rs
-	DEV=rxers0
-	[[ $1 == rdma_rxe ]] && type=rxe DEV=rxe0
-	rdma link add "$DEV" type "$type" netdev "$PAIR_DEV" || return 1
-	wait_for 30 ipv4_gid_index "$DEV" >/dev/null || return 1
-	GID=$(ipv4_gid_index "$DEV")
-}
-
-# Client side: retries while the server is not listening yet.
-client() {
-	local out i
-	for i in $(seq 60); do
-		out=$(timeout 150 "$@" 2>&1)
-		local rc=$?
-		if grep -qiE "couldn't connect|unable to connect|connection refused" <<<"$out"; then
-			sleep 1
-			continue
-		fi
-		echo "$out" | tail -4 | sed 's/^/# /'
-		echo "$out" >>"$R/$me.out"
-		return $rc
-	done
-	return 1
-}
-
-server() {
-	local out rc
-	out=$(timeout 240 "$@" 2>&1)
-	rc=$?
-	echo "$out" | tail -3 | sed 's/^/# /'
-	echo "$out" >>"$R/$me.out"
-	return $rc
-}
 
 # One exchange: A serves, B connects. Both report it (so both logs show what failed).
 run_case() {
 	local name=$1
 	shift
-	barrier "$label-$name" || { ktap_test_fail "$label $name (peer never came)"; return; }
-	if [[ $me == a ]]; then
-		check "$label $name (server)" server "$@"
+	pair_barrier "$label-$name" || { ktap_test_fail "$label $name (peer never came)"; return; }
+	if [[ $PAIR_ROLE == a ]]; then
+		check "$label $name (server)" pair_server "$@"
 	else
-		check "$label $name (client)" client "$@" "$PAIR_PEER_IP"
+		check "$label $name (client)" pair_client "$@" "$PAIR_PEER_IP"
 	fi
 }
 
 pairing() {
 	local mine=$1 theirs=$2
 	label="$3:"
-	barrier "$label-start" || return
-	check "$label $mine up on $PAIR_DEV" stack_up "$mine"
+	pair_barrier "$label-start" || return
+	check "$label $mine up on $PAIR_DEV" pair_stack_up "$mine"
 	local sizes="1 1024 4096 65536 1048576"
 	# KNOWN BUG, not hidden: a 1 MiB pingpong between rxe_rs and rdma_rxe stalls (both
 	# directions; rxe_rs<->rxe_rs passes). Until it is fixed it is not run against rdma_rxe,
@@ -95,14 +45,14 @@ pairing() {
 	for t in ib_send_lat ib_write_lat ib_read_lat; do
 		run_case "$t -s 64" "$t" -d "$DEV" -x "$GID" -F -s 64 -n 20
 	done
-	barrier "$label-end"
+	pair_barrier "$label-end"
 }
 
 pair_link
 ktap_print_header
 ktap_set_plan 40
 pair_wait_peer 900 || { echo "# the peer never answered ping"; }
-if [[ $me == a ]]; then
+if [[ $PAIR_ROLE == a ]]; then
 	pairing rxe_rs rxe_rs "rxe_rs<->rxe_rs"
 	pairing rxe_rs rdma_rxe "rxe_rs<->rdma_rxe"
 	pairing rdma_rxe rxe_rs "rdma_rxe<->rxe_rs"

@@ -37,6 +37,16 @@ fn be16(b: &[u8]) -> u16 {
     u16::from_be_bytes([b[0], b[1]])
 }
 
+/// The destination address of the IP datagram `ip` (4 bytes for IPv4, 16 for IPv6), or `None`
+/// if `ip` does not start with a whole IPv4 or IPv6 header.
+pub fn destination_address(ip: &[u8]) -> Option<&[u8]> {
+    match ip.first().map(|b| b >> 4) {
+        Some(4) if ip.len() >= IPV4_HDR_BYTES => Some(&ip[16..20]),
+        Some(6) if ip.len() >= IPV6_HDR_BYTES => Some(&ip[24..40]),
+        _ => None,
+    }
+}
+
 /// Checks the IP datagram `ip` (from the IP header to the end of the buffer, which may be longer
 /// than the datagram) and returns its parts.
 pub fn parse<'a>(ip: &'a [u8], crc: &impl Crc32) -> Result<Datagram<'a>, DropReason> {
@@ -93,6 +103,19 @@ mod tests {
     use super::*;
     use crate::icrc::SoftCrc32;
     use std::vec::Vec;
+
+    #[test]
+    fn destination_addresses() {
+        let mut v4 = send_only(b"x");
+        v4[16..20].copy_from_slice(&[10, 11, 0, 1]);
+        assert_eq!(destination_address(&v4), Some(&[10u8, 11, 0, 1][..]));
+        let mut v6 = std::vec![0u8; 40];
+        v6[0] = 0x60;
+        v6[24..40].copy_from_slice(&[0xfd; 16]);
+        assert_eq!(destination_address(&v6), Some(&[0xfdu8; 16][..]));
+        assert_eq!(destination_address(&v6[..39]), None, "truncated header");
+        assert_eq!(destination_address(&[0x50; 40]), None, "not IP");
+    }
 
     /// A valid IPv4 SEND ONLY of `payload`, with ICRC.
     fn send_only(payload: &[u8]) -> Vec<u8> {

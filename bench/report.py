@@ -1,0 +1,116 @@
+"""Turns the rows bench/guest.sh recorded into the side-by-side table of `make bench`.
+
+Usage: report.py RESULTS_DIR
+Reads RESULTS_DIR/results.csv (stack,test,bytes,metric,value); prints the table with the ratio
+rxe_rs / rdma_rxe, and writes it as RESULTS_DIR/bench.csv and plots it to RESULTS_DIR/bench.png
+(gnuplot). A missing measurement shows as "-" and makes the exit status 1.
+"""
+import csv
+import os
+import subprocess
+import sys
+
+STACKS = ("rxe_rs", "rdma_rxe")
+
+
+def load(path):
+    values, order = {}, []
+    with open(path) as f:
+        for stack, test, size, metric, value in csv.reader(f):
+            key = (test, int(size), metric)
+            if key not in order:
+                order.append(key)
+            values[(stack,) + key] = float(value)
+    return values, order
+
+
+def ratio(ours, theirs):
+    """rxe_rs / rdma_rxe (for bandwidth above 1 is better, for latency below 1)."""
+    if ours is None or theirs is None or theirs == 0:
+        return None
+    return ours / theirs
+
+
+def fmt(v, digits=2):
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def plot(out, rows):
+    data = os.path.join(out, "bench.dat")
+    with open(data, "w") as f:
+        for metric in ("MB/s", "usec"):
+            for test in dict.fromkeys(r[0] for r in rows if r[2] == metric):
+                f.write(f'"{test}"\n')
+                for t, size, m, ours, theirs, _ in rows:
+                    if t == test:
+                        f.write(f"{size} {ours if ours is not None else '?'} {theirs if theirs is not None else '?'}\n")
+                f.write("\n\n")
+    bw_tests = list(dict.fromkeys(r[0] for r in rows if r[2] == "MB/s"))
+    lat_tests = list(dict.fromkeys(r[0] for r in rows if r[2] == "usec"))
+
+    def series(tests, first_index):
+        parts = []
+        for i, test in enumerate(tests):
+            idx = first_index + i
+            parts.append(f"'{data}' index {idx} using 1:2 with linespoints lc {i + 1} dt 1 title '{test} rxe_rs'")
+            parts.append(f"'{data}' index {idx} using 1:3 with linespoints lc {i + 1} dt 2 title '{test} rdma_rxe'")
+        return ", ".join(parts)
+
+    script = f"""
+set terminal pngcairo size 1400,600 noenhanced
+set output '{os.path.join(out, "bench.png")}'
+set multiplot layout 1,2 title 'rxe_rs vs rdma_rxe (same VMs, same link)'
+set logscale x 2
+set grid
+set key top left font ',8'
+set xlabel 'message size (bytes)'
+set logscale y 10
+set ylabel 'bandwidth (MB/s)'
+set title 'perftest bandwidth (BW average)'
+plot {series(bw_tests, 0)}
+unset logscale y
+set ylabel 'latency (usec, median)'
+set title 'perftest latency (t_typical)'
+plot {series(lat_tests, len(bw_tests))}
+unset multiplot
+"""
+    try:
+        subprocess.run(["gnuplot"], input=script, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError) as err:
+        print(f"bench: no plot ({err})", file=sys.stderr)
+        return False
+    return True
+
+
+def main(out):
+    values, order = load(os.path.join(out, "results.csv"))
+    rows = []
+    for test, size, metric in order:
+        if test == "iperf3":
+            continue
+        ours, theirs = (values.get((s, test, size, metric)) for s in STACKS)
+        rows.append((test, size, metric, ours, theirs, ratio(ours, theirs)))
+    tcp = next((v for (s, t, _, _), v in values.items() if t == "iperf3"), None)
+
+    header = f"{'test':<14}{'bytes':>9}  {'unit':<5}{'rxe_rs':>11}{'rdma_rxe':>11}{'rxe_rs/rdma_rxe':>17}"
+    print(header)
+    print("-" * len(header))
+    for test, size, metric, ours, theirs, r in rows:
+        print(f"{test:<14}{size:>9}  {metric:<5}{fmt(ours):>11}{fmt(theirs):>11}{fmt(r):>17}")
+    print(f"{'TCP (iperf3)':<14}{'':>9}  {'MB/s':<5}{fmt(tcp):>11}")
+    print("(ratio rxe_rs/rdma_rxe: for bandwidth above 1 means rxe_rs is faster, for latency below 1)")
+
+    with open(os.path.join(out, "bench.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["test", "bytes", "unit", "rxe_rs", "rdma_rxe", "ratio"])
+        for test, size, metric, ours, theirs, r in rows:
+            w.writerow([test, size, metric, fmt(ours, 3), fmt(theirs, 3), fmt(r, 3)])
+        w.writerow(["iperf3 (TCP)", 131072, "MB/s", fmt(tcp, 3), "", ""])
+    plotted = plot(out, rows)
+    complete = all(r[3] is not None and r[4] is not None for r in rows) and tcp is not None
+    print(f"bench: {os.path.join(out, 'bench.csv')}" + (f", {os.path.join(out, 'bench.png')}" if plotted else ""))
+    return 0 if complete and rows else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# make bench: rxe_rs against rdma_rxe (and TCP) on the same pair of VMs and link, with the
+# kernel built without the debug set. Prints a side-by-side table and writes results/bench/
+# bench.csv and bench.png. Numbers from TCG VMs measure CPU cost more than anything else;
+# only the ratios between stacks of one run mean something.
+set -euo pipefail
+source "$(dirname "$0")/lib/env.sh"
+source "$RXE_RS_ROOT/scripts/lib/build.sh"
+
+"$RXE_RS_ROOT/scripts/setup.sh"
+build_all bench
+out=$RXE_RS_ROOT/results/bench
+rm -rf "$out"
+mkdir -p "$out"
+# The module just built is for the bench kernel: keep it apart from the test kernel's.
+cp "$RXE_RS_ROOT/rxe_rs.ko" "$out/rxe_rs.ko"
+cp "$RXE_RS_ROOT/rxe_rs.ko.kdir" "$out/rxe_rs.ko.kdir"
+echo "bench: two VMs (bench kernel), perftest for rxe_rs then rdma_rxe, then iperf3; logs: $out"
+RXE_RS_MODULE=$out/rxe_rs.ko "$RXE_RS_ROOT/scripts/vm-pair.sh" --flavor bench --timeout 5400 "$out" \
+	-- bash "$RXE_RS_ROOT/bench/guest.sh" -- bash "$RXE_RS_ROOT/bench/guest.sh" || true
+[[ -s $out/results.csv ]] || { tail -30 "$out"/vm-*.log; echo "bench: no results" >&2; exit 1; }
+python3 "$RXE_RS_ROOT/bench/report.py" "$out"

@@ -1,0 +1,260 @@
+"""Data integrity of RC transfers, checked byte for byte (pyverbs, one process, loopback).
+
+Two RC QPs on one device, each with its own PD, connected through the device's own IPv4 GID,
+so every packet goes through the IP stack and the receive path. RDMA WRITE, RDMA READ and
+SEND move patterned data between SGE lists over several MRs (unaligned, across pages, up to
+the last byte of an MR); bad rkeys, missing rights and out-of-bounds addresses must complete
+with REM_ACCESS_ERR and leave memory as it was.
+
+Usage: rdma_data.py DEVICE [CHECK...]   prints "ok NAME" or "not ok NAME: why" per check.
+"""
+import os
+import sys
+import time
+
+from pyverbs.addr import AHAttr, GlobalRoute
+from pyverbs.cq import CQ
+from pyverbs.device import Context
+from pyverbs.mr import MR
+from pyverbs.pd import PD
+from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.wr import RecvWR, SGE, SendWR
+import pyverbs.enums as e
+
+RW = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+GUARD = 0xEE
+
+
+class Failed(Exception):
+    pass
+
+
+def expect(cond, why):
+    if not cond:
+        raise Failed(why)
+
+
+def pattern(n, seed):
+    """n bytes that differ from any shift of themselves (a lost or doubled packet shows)."""
+    return bytes((i * 7 + (i >> 8) * 13 + seed) & 0xFF for i in range(n))
+
+
+def ipv4_gid(ctx):
+    for i in range(16):
+        try:
+            gid = ctx.query_gid(1, i)
+        except Exception:
+            continue
+        if str(gid).startswith("0000:0000:0000:0000:0000:ffff:"):
+            return i, gid
+    raise Failed("no IPv4 GID")
+
+
+class Side:
+    """One end: a PD, a CQ and an RC QP."""
+
+    def __init__(self, ctx):
+        self.pd = PD(ctx)
+        self.cq = CQ(ctx, 64)
+        cap = QPCap(max_send_wr=16, max_recv_wr=16, max_send_sge=4, max_recv_sge=4)
+        self.qp = QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap))
+
+    def mr(self, size, access=RW, fill=GUARD):
+        mr = MR(self.pd, size, access)
+        mr.write(bytes([fill]) * size, size, 0)
+        return mr
+
+    def connect(self, peer_qpn, gid_index, gid):
+        init = QPAttr(qp_state=e.IBV_QPS_INIT)
+        init.pkey_index, init.port_num = 0, 1
+        init.qp_access_flags = e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+        self.qp.modify(init, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
+        rtr = QPAttr(qp_state=e.IBV_QPS_RTR)
+        rtr.path_mtu, rtr.dest_qp_num, rtr.rq_psn = e.IBV_MTU_1024, peer_qpn, 0x10
+        rtr.max_dest_rd_atomic, rtr.min_rnr_timer = 4, 1
+        rtr.ah_attr = AHAttr(is_global=1, port_num=1, gr=GlobalRoute(dgid=gid, sgid_index=gid_index, hop_limit=64))
+        self.qp.modify(rtr, e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN
+                       | e.IBV_QP_RQ_PSN | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
+        rts = QPAttr(qp_state=e.IBV_QPS_RTS)
+        rts.timeout, rts.retry_cnt, rts.rnr_retry, rts.sq_psn, rts.max_rd_atomic = 14, 7, 7, 0x10, 4
+        self.qp.modify(rts, e.IBV_QP_STATE | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT | e.IBV_QP_RNR_RETRY
+                       | e.IBV_QP_SQ_PSN | e.IBV_QP_MAX_QP_RD_ATOMIC)
+
+    def completion(self, what, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            n, wcs = self.cq.poll(1)
+            if n:
+                return wcs[0]
+            time.sleep(0.01)
+        raise Failed(f"no completion for {what} in {timeout} s")
+
+    def post(self, opcode, sges, rkey=None, addr=None, wr_id=1):
+        wr = SendWR(wr_id=wr_id, opcode=opcode, num_sge=len(sges), sg=sges, send_flags=e.IBV_SEND_SIGNALED)
+        if rkey is not None:
+            wr.set_wr_rdma(rkey, addr)
+        self.qp.post_send(wr)
+        return self.completion(f"wr {wr_id}")
+
+
+def pair(ctx):
+    gid_index, gid = ipv4_gid(ctx)
+    a, b = Side(ctx), Side(ctx)
+    a.connect(b.qp.qp_num, gid_index, gid)
+    b.connect(a.qp.qp_num, gid_index, gid)
+    return a, b
+
+
+class Scattered:
+    """A local buffer made of SGEs in three MRs: unaligned starts, one across a page boundary.
+    Between and around the SGEs the MRs hold GUARD bytes, which must survive."""
+
+    LAYOUT = [(1000, 13, 987), (9000, 4095, 4000), (3000, 0, 2500)]  # (MR size, offset, length)
+
+    def __init__(self, side):
+        self.mrs = [side.mr(size) for size, _, _ in self.LAYOUT]
+        self.sges = [SGE(mr.buf + off, n, mr.lkey) for mr, (_, off, n) in zip(self.mrs, self.LAYOUT)]
+        self.length = sum(n for _, _, n in self.LAYOUT)
+
+    def fill(self, data):
+        at = 0
+        for mr, (_, off, n) in zip(self.mrs, self.LAYOUT):
+            mr.write(data[at:at + n], n, off)
+            at += n
+
+    def check(self, want):
+        at = 0
+        for i, (mr, (size, off, n)) in enumerate(zip(self.mrs, self.LAYOUT)):
+            got = mr.read(size, 0)
+            expect(got[off:off + n] == want[at:at + n], f"SGE {i}: data differs at byte {first_diff(got[off:off + n], want[at:at + n])}")
+            expect(got[:off] == bytes([GUARD]) * off and got[off + n:] == bytes([GUARD]) * (size - off - n),
+                   f"MR {i}: bytes outside the SGE were written")
+            at += n
+
+
+def first_diff(x, y):
+    return next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+
+
+def expect_status(wc, status, what):
+    expect(wc.status == status, f"{what}: completion status {wc.status}, want {status}")
+
+
+REMOTE_SIZE = 16384
+
+
+def write_sge_list_to_mr_end(ctx):
+    """RDMA WRITE from three local MRs to the last bytes of a 4-page remote MR (8 packets)."""
+    a, b = pair(ctx)
+    src = Scattered(a)
+    data = pattern(src.length, 1)
+    src.fill(data)
+    dst = b.mr(REMOTE_SIZE)
+    at = REMOTE_SIZE - src.length
+    wc = a.post(e.IBV_WR_RDMA_WRITE, src.sges, dst.rkey, dst.buf + at)
+    expect_status(wc, e.IBV_WC_SUCCESS, "WRITE")
+    expect(wc.opcode == e.IBV_WC_RDMA_WRITE, f"opcode {wc.opcode}")
+    got = dst.read(REMOTE_SIZE, 0)
+    expect(got[at:] == data, f"remote data differs at byte {first_diff(got[at:], data)}")
+    expect(got[:at] == bytes([GUARD]) * at, "remote bytes before the target were written")
+
+
+def read_into_sge_list(ctx):
+    """RDMA READ from an unaligned remote range into three local MRs (8 response packets)."""
+    a, b = pair(ctx)
+    dst = Scattered(a)
+    src = b.mr(REMOTE_SIZE)
+    data = pattern(REMOTE_SIZE, 2)
+    src.write(data, REMOTE_SIZE, 0)
+    wc = a.post(e.IBV_WR_RDMA_READ, dst.sges, src.rkey, src.buf + 1)
+    expect_status(wc, e.IBV_WC_SUCCESS, "READ")
+    expect(wc.opcode == e.IBV_WC_RDMA_READ and wc.byte_len == dst.length, f"opcode {wc.opcode} byte_len {wc.byte_len}")
+    dst.check(data[1:1 + dst.length])
+    expect(src.read(REMOTE_SIZE, 0) == data, "READ changed the remote MR")
+
+
+def send_between_sge_lists(ctx):
+    """SEND from three SGEs into a receive of three differently split SGEs."""
+    a, b = pair(ctx)
+    src = Scattered(a)
+    data = pattern(src.length, 3)
+    src.fill(data)
+    rmr = b.mr(REMOTE_SIZE)
+    splits = [(5, 3000), (3100, 1), (4096, 8000)]  # (offset, length): room for 11001 bytes
+    b.qp.post_recv(RecvWR(wr_id=9, num_sge=3, sg=[SGE(rmr.buf + o, n, rmr.lkey) for o, n in splits]))
+    wc = a.post(e.IBV_WR_SEND, src.sges)
+    expect_status(wc, e.IBV_WC_SUCCESS, "SEND")
+    rwc = b.completion("the receive")
+    expect_status(rwc, e.IBV_WC_SUCCESS, "receive")
+    expect(rwc.opcode == e.IBV_WC_RECV and rwc.byte_len == src.length and rwc.wr_id == 9,
+           f"receive: opcode {rwc.opcode} byte_len {rwc.byte_len} wr_id {rwc.wr_id}")
+    got = rmr.read(REMOTE_SIZE, 0)
+    landed = b"".join(got[o:o + n] for o, n in splits)[:src.length]
+    expect(landed == data, f"received data differs at byte {first_diff(landed, data)}")
+    expect(got[:5] == bytes([GUARD]) * 5 and got[3005:3100] == bytes([GUARD]) * 95, "bytes between SGEs were written")
+
+
+def large_write_then_read_back(ctx):
+    """256 KiB RDMA WRITE (256 packets, past the send window) then READ it back elsewhere."""
+    a, b = pair(ctx)
+    size = 256 << 10
+    local = a.mr(2 * size)
+    data = os.urandom(size)
+    local.write(data, size, 0)
+    remote = b.mr(size)
+    wc = a.post(e.IBV_WR_RDMA_WRITE, [SGE(local.buf, size, local.lkey)], remote.rkey, remote.buf)
+    expect_status(wc, e.IBV_WC_SUCCESS, "WRITE")
+    expect(remote.read(size, 0) == data, "remote data differs after the WRITE")
+    wc = a.post(e.IBV_WR_RDMA_READ, [SGE(local.buf + size, size, local.lkey)], remote.rkey, remote.buf, wr_id=2)
+    expect_status(wc, e.IBV_WC_SUCCESS, "READ")
+    expect(local.read(size, size) == data, "data read back differs")
+
+
+def remote_access_error(opcode, access, rkey_of, addr_of, length):
+    """An RDMA op that must fail with REM_ACCESS_ERR and leave both sides' memory alone."""
+    def check(ctx):
+        a, b = pair(ctx)
+        local = a.mr(REMOTE_SIZE)
+        local.write(pattern(REMOTE_SIZE, 4), REMOTE_SIZE, 0)
+        before_local = local.read(REMOTE_SIZE, 0)
+        remote = b.mr(REMOTE_SIZE, access)
+        remote.write(pattern(REMOTE_SIZE, 5), REMOTE_SIZE, 0)
+        before_remote = remote.read(REMOTE_SIZE, 0)
+        wc = a.post(opcode, [SGE(local.buf, length, local.lkey)], rkey_of(remote), addr_of(remote))
+        expect_status(wc, e.IBV_WC_REM_ACCESS_ERR, "the bad access")
+        expect(remote.read(REMOTE_SIZE, 0) == before_remote, "the remote MR was changed")
+        expect(local.read(REMOTE_SIZE, 0) == before_local, "the local MR was changed")
+        # The requester's QP is in the error state: later work is flushed.
+        wc = a.post(opcode, [SGE(local.buf, 8, local.lkey)], remote.rkey, remote.buf, wr_id=2)
+        expect_status(wc, e.IBV_WC_WR_FLUSH_ERR, "work after the error")
+    return check
+
+
+WRITE, READ = e.IBV_WR_RDMA_WRITE, e.IBV_WR_RDMA_READ
+RO = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ
+wrong_key = lambda mr: mr.rkey ^ 0x80      # same index, another key byte
+start = lambda mr: mr.buf
+CHECKS = {
+    "write_sge_list_to_mr_end": write_sge_list_to_mr_end,
+    "read_into_sge_list": read_into_sge_list,
+    "send_between_sge_lists": send_between_sge_lists,
+    "large_write_then_read_back": large_write_then_read_back,
+    "write_wrong_rkey": remote_access_error(WRITE, RW, wrong_key, start, 4096),
+    "read_wrong_rkey": remote_access_error(READ, RW, wrong_key, start, 4096),
+    "write_past_mr_end": remote_access_error(WRITE, RW, lambda mr: mr.rkey, lambda mr: mr.buf + REMOTE_SIZE - 100, 101),
+    "read_before_mr_start": remote_access_error(READ, RW, lambda mr: mr.rkey, lambda mr: mr.buf - 1, 64),
+    "write_without_remote_write": remote_access_error(WRITE, RO, lambda mr: mr.rkey, start, 64),
+}
+
+if __name__ == "__main__":
+    device, names = sys.argv[1], sys.argv[2:] or list(CHECKS)
+    with Context(name=device) as context:
+        for name in names:
+            print(f"running {name}", flush=True)
+            try:
+                CHECKS[name](context)
+                print(f"ok {name}", flush=True)
+            except Failed as why:
+                print(f"not ok {name}: {why}", flush=True)
+            except Exception as err:
+                print(f"not ok {name}: {type(err).__name__}: {err}", flush=True)
