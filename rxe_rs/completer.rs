@@ -16,7 +16,7 @@ use crate::{
         headers::{Aeth, Syndrome},
         packet::Datagram,
         psn::Psn,
-        timers::{ack_timeout_ns, rnr_delay_ns, RETRY_FOREVER},
+        timers::{rnr_delay_ns, RETRY_FOREVER},
     },
     qp::{state, QpInner, QpState},
     requester::{Requester, SendWork},
@@ -77,10 +77,27 @@ pub(crate) fn rewind(req: &mut Requester, psn: Psn) {
     req.cur = index;
 }
 
+/// After a rewind, packets the peer has since acknowledged need not go again: the WQE being
+/// sent resumes past them (at its last packet at most, whose ACK completes it).
+fn skip_acknowledged(req: &mut Requester) {
+    if req.cur == req.fetched {
+        return;
+    }
+    let acked = req.acked_psn;
+    let w = req.work_mut(req.cur);
+    if w.is_read() || w.npkts == 0 {
+        return;
+    }
+    let done = acked.diff(w.first_psn);
+    if done > w.sent as i32 {
+        w.sent = (done as u32).min(w.npkts - 1);
+    }
+}
+
 /// Arms the retransmission timer if packets are outstanding (and `timeout` is not infinite).
 pub(crate) fn arm_retransmit(qp: &QpInner, s: &mut QpState) {
     if s.req.outstanding() {
-        if let Some(ns) = ack_timeout_ns(s.attrs.timeout) {
+        if let Some(ns) = s.req.window.ack_timeout_ns(s.attrs.timeout) {
             s.req.timer_armed = true;
             qp.arm_timer(ns);
         }
@@ -119,6 +136,7 @@ pub(crate) fn handle_response(dev: &Device<RxeDevice>, qp: &QpInner, d: &Datagra
     }
     // Forward progress resets the retry budget and restarts the timer.
     if (s.req.consumer != progress_from || s.req.acked_psn != acked_before) && !s.req.rnr_wait {
+        s.req.window.on_progress();
         s.req.retries_left = s.attrs.retry_cnt;
         s.req.timer_armed = false;
         arm_retransmit(qp, &mut s);
@@ -149,6 +167,7 @@ fn ack(qp: &QpInner, s: &mut QpState, aeth: Aeth, psn: Psn) -> core::result::Res
     };
     if through.diff(s.req.acked_psn) > 0 && through.diff(s.req.next_psn) <= 0 {
         s.req.acked_psn = through;
+        skip_acknowledged(&mut s.req);
     }
     match then {
         AfterAck::Nothing => {}
@@ -282,6 +301,7 @@ pub(crate) fn timer_expired(dev: &Device<RxeDevice>, qp: &QpInner) {
         if s.req.retries_left != RETRY_FOREVER {
             s.req.retries_left -= 1;
         }
+        s.req.window.on_timeout();
         qp.count(Counter::Retransmits);
         // Resend from the oldest unacknowledged packet.
         let w = *s.req.work(s.req.consumer);

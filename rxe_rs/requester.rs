@@ -14,6 +14,7 @@ use crate::{
         mtu::IbMtu,
         psn::Psn,
         segment::{packet_count, segment, MessageKind},
+        window::SendWindow,
         wire::Frame,
     },
     qp::{QpInner, QpState},
@@ -22,8 +23,6 @@ use crate::{
 };
 use kernel::prelude::*;
 
-/// Packets sent beyond the last acknowledged one before the requester waits (as rdma_rxe).
-const WINDOW_PSNS: i32 = 128;
 /// An ACK is requested at least every this many packets of a long message.
 const PACKETS_PER_ACK_REQ: u32 = 32;
 
@@ -108,6 +107,8 @@ pub(crate) struct Requester {
     pub(crate) rnr_wait: bool,
     /// The retransmission (or RNR) timer is armed.
     pub(crate) timer_armed: bool,
+    /// How far past `acked_psn` it may send, and the retransmission backoff.
+    pub(crate) window: SendWindow,
 }
 
 impl Requester {
@@ -131,6 +132,7 @@ impl Requester {
             rnr_left: 0,
             rnr_wait: false,
             timer_armed: false,
+            window: SendWindow::default(),
         })
     }
 
@@ -169,6 +171,7 @@ impl Requester {
         self.reads_in_flight = 0;
         self.noack_pkts = 0;
         self.rnr_wait = false;
+        self.window = SendWindow::default();
     }
 
     /// Starts sending at `sq_psn` (move to RTS).
@@ -325,7 +328,8 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> (bo
             }
         }
         let psn = w.first_psn.add(if w.is_read() { w.read_got } else { w.sent });
-        if psn.diff(s.req.acked_psn) >= WINDOW_PSNS {
+        let unacked = psn.diff(s.req.acked_psn).max(0) as u32;
+        if unacked >= s.req.window.limit() {
             break;
         }
         if tx.is_none() {
@@ -333,7 +337,8 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> (bo
         }
         // No route: the retransmission timer tries again.
         let Some(t) = tx.as_ref() else { break };
-        let ack_req = match send_packet(dev, qp, &av, s.attrs.dest_qpn, mtu, &s.req, index, t) {
+        let edge = s.req.window.is_edge(unacked);
+        let ack_req = match send_packet(dev, qp, &av, s.attrs.dest_qpn, mtu, &s.req, index, t, edge) {
             Ok(ack_req) => ack_req,
             // Lost before the wire: the retransmission timer recovers it, as any loss.
             Err(TxError::Dropped) => true,
@@ -367,6 +372,7 @@ fn send_packet(
     req: &Requester,
     index: u32,
     tx: &Transmitter<'_>,
+    window_edge: bool,
 ) -> Result<bool, TxError> {
     let w = req.work(index);
     let av = *av;
@@ -387,7 +393,8 @@ fn send_packet(
     let seg = segment(w.kind(), w.len, mtu, w.first_psn, w.sent);
     let info = seg.opcode.info();
     let (has_reth, has_imm) = info.map_or((false, false), |i| (i.reth, i.immdt));
-    let ack_req = seg.last || req.noack_pkts + 1 >= PACKETS_PER_ACK_REQ;
+    // The last packet the window allows asks too, or the window would only reopen by timeout.
+    let ack_req = seg.last || window_edge || req.noack_pkts + 1 >= PACKETS_PER_ACK_REQ;
     let solicited = seg.last && w.wqe.flags & send_flags::SOLICITED != 0;
     let frame = Frame {
         av,

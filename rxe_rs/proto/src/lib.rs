@@ -16,4 +16,5 @@ pub mod psn;
 pub mod responder;
 pub mod segment;
 pub mod timers;
+pub mod window;
 pub mod wire;

@@ -1,0 +1,96 @@
+//! How many packets the requester may have unacknowledged, and how long it waits for an ACK.
+//!
+//! Normally the window is 128 PSNs past the last acknowledged one (as rdma_rxe). After a
+//! retransmission timeout the requester sends a single packet and waits for its ACK before
+//! opening the window again, doubling it per acknowledgement; each further timeout without
+//! progress doubles the wait, up to 2^[`MAX_BACKOFF`] times the QP's `timeout`. Resending a
+//! full window every `timeout` to a receiver that is slow rather than lossy floods it with
+//! duplicates it must acknowledge one by one; against rdma_rxe, which queues every packet for
+//! its responder without bound, that loop never ends (found with a 1 MiB `ibv_rc_pingpong`
+//! between TCG VMs).
+
+use super::timers::ack_timeout_ns;
+
+/// The largest window, in packets.
+pub const MAX_WINDOW: u32 = 128;
+/// Consecutive timeouts double the wait at most this many times.
+pub const MAX_BACKOFF: u8 = 6;
+
+/// The requester's send window and retransmission backoff.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendWindow {
+    limit: u32,
+    backoff: u8,
+}
+
+impl Default for SendWindow {
+    fn default() -> Self {
+        Self { limit: MAX_WINDOW, backoff: 0 }
+    }
+}
+
+impl SendWindow {
+    /// Packets that may be outstanding past the last acknowledged PSN.
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// Whether the packet `unacked` packets past the last acknowledged one (0 for the first)
+    /// is the last the window allows: it should ask for an ACK.
+    pub fn is_edge(&self, unacked: u32) -> bool {
+        unacked + 1 >= self.limit
+    }
+
+    /// An acknowledgement moved things forward.
+    pub fn on_progress(&mut self) {
+        self.limit = (self.limit * 2).min(MAX_WINDOW);
+        self.backoff = 0;
+    }
+
+    /// The retransmission timer expired without progress.
+    pub fn on_timeout(&mut self) {
+        self.limit = 1;
+        self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
+    }
+
+    /// The retransmission timeout for the QP attribute `timeout`, backed off; `None` for 0
+    /// (wait forever).
+    pub fn ack_timeout_ns(&self, timeout: u8) -> Option<u64> {
+        ack_timeout_ns(timeout).map(|ns| ns << self.backoff)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timeout_shrinks_to_one_packet_and_acks_reopen() {
+        let mut w = SendWindow::default();
+        assert_eq!(w.limit(), MAX_WINDOW);
+        assert!(!w.is_edge(0) && w.is_edge(MAX_WINDOW - 1));
+        w.on_timeout();
+        assert_eq!(w.limit(), 1);
+        assert!(w.is_edge(0), "the single probe asks for an ACK");
+        let limits: [u32; 8] = core::array::from_fn(|_| {
+            w.on_progress();
+            w.limit()
+        });
+        assert_eq!(limits, [2, 4, 8, 16, 32, 64, 128, 128]);
+    }
+
+    #[test]
+    fn timeouts_back_off_until_progress() {
+        let mut w = SendWindow::default();
+        assert_eq!(w.ack_timeout_ns(14), Some(67_108_864));
+        w.on_timeout();
+        assert_eq!(w.ack_timeout_ns(14), Some(2 * 67_108_864));
+        for _ in 0..20 {
+            w.on_timeout();
+        }
+        assert_eq!(w.ack_timeout_ns(14), Some(67_108_864 << MAX_BACKOFF), "bounded");
+        assert_eq!(w.ack_timeout_ns(0), None, "0 still means forever");
+        w.on_progress();
+        assert_eq!(w.ack_timeout_ns(14), Some(67_108_864));
+    }
+}
