@@ -21,6 +21,8 @@ from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.wr import RecvWR, SGE, SendWR
 import pyverbs.enums as e
 
+from verbs import ipv4_gid_index
+
 RW = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
 GUARD = 0xEE
 
@@ -37,17 +39,6 @@ def expect(cond, why):
 def pattern(n, seed):
     """n bytes that differ from any shift of themselves (a lost or doubled packet shows)."""
     return bytes((i * 7 + (i >> 8) * 13 + seed) & 0xFF for i in range(n))
-
-
-def ipv4_gid(ctx):
-    for i in range(16):
-        try:
-            gid = ctx.query_gid(1, i)
-        except Exception:
-            continue
-        if str(gid).startswith("0000:0000:0000:0000:0000:ffff:"):
-            return i, gid
-    raise Failed("no IPv4 GID")
 
 
 class Side:
@@ -98,7 +89,7 @@ class Side:
 
 
 def pair(ctx):
-    gid_index, gid = ipv4_gid(ctx)
+    gid_index, gid = ipv4_gid_index(ctx)
     a, b = Side(ctx), Side(ctx)
     a.connect(b.qp.qp_num, gid_index, gid)
     b.connect(a.qp.qp_num, gid_index, gid)
