@@ -62,6 +62,7 @@ reset_modules() {
 }
 
 # One KTAP result: "description" COMMAND... (ktap_test_result splits arguments; this does not).
+# Slow checks (over 20 s, setup since the previous check included) say how long they took.
 check() {
 	local description=$1
 	shift
@@ -70,4 +71,7 @@ check() {
 	else
 		ktap_test_fail "$description"
 	fi
+	local took=$((SECONDS - ${CHECK_MARK:-0}))
+	((took > 20)) && echo "# ($took s)"
+	CHECK_MARK=$SECONDS
 }

@@ -1,8 +1,10 @@
 """Sends one crafted RoCEv2 datagram over raw IPv4, to exercise the receive path.
 
-Usage: roce_send.py SRC_IP DST_IP QPN KIND [COUNT]
+Usage: roce_send.py SRC_IP DST_IP QPN KIND[,KIND...] [COUNT]
 KIND: valid | bad_icrc | truncated | bad_opcode | garbage
       | op:OPCODE:PSN:LEN:CHAR  (a well-formed packet: opcode, PSN, LEN bytes of CHAR)
+Several comma-separated KINDs go out in order, COUNT times each (a Python start costs seconds
+in a TCG guest: batch what can be batched).
 """
 import os
 import random
@@ -35,33 +37,38 @@ def datagram(src, dst, qpn, opcode=0x04, payload=b"rxe_rs!!", psn=0):
     return body + struct.pack("<I", icrc(body))
 
 
+def packet(src, dst, qpn, kind, rng):
+    if kind.startswith("op:"):
+        _, op, psn, length, char = kind.split(":")
+        return datagram(src, dst, qpn, opcode=int(op, 0), psn=int(psn, 0), payload=char.encode() * int(length))
+    pkt = bytearray(datagram(src, dst, qpn))
+    if kind == "bad_icrc":
+        pkt[-1] ^= 0xFF
+    elif kind == "truncated":
+        pkt = bytearray(datagram(src, dst, qpn, payload=b""))[:20 + 8 + 10]
+        pkt[2:4] = struct.pack("!H", len(pkt))
+        pkt[24:26] = struct.pack("!H", len(pkt) - 20)
+    elif kind == "bad_opcode":
+        pkt = bytearray(datagram(src, dst, qpn, opcode=0x1F))
+    elif kind == "garbage":
+        # A valid IP/UDP envelope around random bytes of random length.
+        junk = bytes(rng.getrandbits(8) for _ in range(rng.randrange(0, 300)))
+        pkt = bytearray(datagram(src, dst, qpn)[:28] + junk)
+        pkt[2:4] = struct.pack("!H", len(pkt))
+        pkt[24:26] = struct.pack("!H", len(pkt) - 20)
+    elif kind != "valid":
+        sys.exit(f"unknown kind {kind}")
+    return bytes(pkt)
+
+
 def main():
-    src, dst, qpn, kind = sys.argv[1], sys.argv[2], int(sys.argv[3], 0), sys.argv[4]
+    src, dst, qpn, kinds = sys.argv[1], sys.argv[2], int(sys.argv[3], 0), sys.argv[4].split(",")
     count = int(sys.argv[5]) if len(sys.argv) > 5 else 1
     s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
     rng = random.Random(4791)
-    for _ in range(count):
-        if kind.startswith("op:"):
-            _, op, psn, length, char = kind.split(":")
-            pkt = datagram(src, dst, qpn, opcode=int(op, 0), psn=int(psn, 0), payload=char.encode() * int(length))
-            s.sendto(pkt, (dst, 0))
-            continue
-        pkt = bytearray(datagram(src, dst, qpn))
-        if kind == "bad_icrc":
-            pkt[-1] ^= 0xFF
-        elif kind == "truncated":
-            pkt = bytearray(datagram(src, dst, qpn, payload=b""))[:20 + 8 + 10]
-            pkt[2:4] = struct.pack("!H", len(pkt))
-            pkt[24:26] = struct.pack("!H", len(pkt) - 20)
-        elif kind == "bad_opcode":
-            pkt = bytearray(datagram(src, dst, qpn, opcode=0x1F))
-        elif kind == "garbage":
-            # A valid IP/UDP envelope around random bytes of random length.
-            junk = bytes(rng.getrandbits(8) for _ in range(rng.randrange(0, 300)))
-            pkt = bytearray(datagram(src, dst, qpn)[:28] + junk)
-            pkt[2:4] = struct.pack("!H", len(pkt))
-            pkt[24:26] = struct.pack("!H", len(pkt) - 20)
-        s.sendto(bytes(pkt), (dst, 0))
+    for kind in kinds:
+        for _ in range(count):
+            s.sendto(packet(src, dst, qpn, kind, rng), (dst, 0))
 
 
 if __name__ == "__main__":
