@@ -36,9 +36,13 @@ kernel: $(KDIR_DEP)
 kdir:
 	@echo $(KDIR)
 
+# Kbuild records command lines relative to the kernel tree, so objects (and our generated
+# bindings) built against another tree look up to date: switching trees starts from clean.
 module: $(KDIR_DEP)
-	$(KMAKE) modules
+	@if [[ -e $(ROOT)/rxe_rs.ko.kdir && "$$(cat $(ROOT)/rxe_rs.ko.kdir)" != "$(KDIR)" ]]; then \
+		echo "module: built for $$(cat $(ROOT)/rxe_rs.ko.kdir) before: cleaning"; $(KMAKE) clean >/dev/null; fi
 	@echo $(KDIR) >$(ROOT)/rxe_rs.ko.kdir
+	$(KMAKE) modules
 
 provider:
 	cargo build --release --locked -p rxe_rs_provider
