@@ -84,6 +84,8 @@ unset multiplot
 
 def main(out):
     values, order = load(os.path.join(out, "results.csv"))
+    tests = list(dict.fromkeys(t for t, _, _ in order))
+    order.sort(key=lambda k: (tests.index(k[0]), k[1]))
     rows = []
     for test, size, metric in order:
         if test == "iperf3":
