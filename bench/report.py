@@ -61,6 +61,7 @@ set terminal pngcairo size 1400,600 noenhanced
 set output '{os.path.join(out, "bench.png")}'
 set multiplot layout 1,2 title 'rxe_rs vs rdma_rxe (same VMs, same link)'
 set logscale x 2
+set format x '%.0f'
 set grid
 set key top left font ',8'
 set xlabel 'message size (bytes)'
