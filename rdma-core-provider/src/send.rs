@@ -130,8 +130,7 @@ unsafe fn write_header(slot: *mut u8, wqe: &SendWqe) {
 /// `slot` is an SQ slot sized for `max_sge` SGEs and `max_inline` bytes; with `inline`, every
 /// SGE's `addr` is readable for `length` bytes (the ibverbs contract for inline sends).
 unsafe fn write_data(send: &SendQueue, slot: *mut u8, sges: &[Sge], inline: bool) -> Result<(u32, u32), c_int> {
-    // SAFETY: (all blocks) the destinations are inside the slot, whose size the bounds checks
-    // below keep to; sources are the caller's as documented.
+    // SAFETY: the slot starts with a `SendWqe`; its data area follows.
     let data = unsafe { slot.add(size_of::<SendWqe>()) };
     if inline {
         let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
@@ -140,6 +139,8 @@ unsafe fn write_data(send: &SendQueue, slot: *mut u8, sges: &[Sge], inline: bool
         }
         let mut at = 0usize;
         for s in sges {
+            // SAFETY: `at + length` stays within `max_inline` (checked above), which the slot
+            // has room for; the caller guarantees each SGE's source is readable.
             unsafe { core::ptr::copy_nonoverlapping(s.addr as usize as *const u8, data.add(at), s.length as usize) };
             at += s.length as usize;
         }
@@ -148,6 +149,7 @@ unsafe fn write_data(send: &SendQueue, slot: *mut u8, sges: &[Sge], inline: bool
         if sges.len() > send.max_sge as usize {
             return Err(libc::EINVAL);
         }
+        // SAFETY: at most `max_sge` SGEs (checked above), which the slot has room for.
         unsafe { core::ptr::copy_nonoverlapping(sges.as_ptr(), data.cast::<Sge>(), sges.len()) };
         Ok((sges.len() as u32, 0))
     }
