@@ -41,12 +41,15 @@ pub(crate) fn retire(qp: &QpInner, req: &mut Requester, status: u32) {
             ..Default::default()
         };
         // A full CQ raises IB_EVENT_CQ_ERR inside `post`.
-        let _ = RxeCq::post(qp.cqs.send.get(), &cqe, false);
+        let _ = RxeCq::post(qp.links.send.get(), &cqe, false);
     }
     if req.cur == index {
         req.cur = index.wrapping_add(1);
     }
     req.consumer = index.wrapping_add(1);
+    if req.started_end == index {
+        req.started_end = req.consumer; // retired without sending (flushed)
+    }
     qp.sq.store(RingIndex::Consumer, req.consumer);
 }
 
@@ -142,6 +145,7 @@ pub(crate) fn handle_response(dev: &Device<RxeDevice>, qp: &QpInner, d: &Datagra
         arm_retransmit(qp, &mut s);
     }
     qp.run_requester(dev, &mut s);
+    qp.check_drained(&mut s);
     counter
 }
 
@@ -230,8 +234,10 @@ fn read_response(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, d: &Dat
         return Err(Counter::DuplicateRequest);
     }
     if d_psn > 0 {
-        // A gap in the responses: ask again from the first missing one, once per gap.
-        if w.sent > 0 && s.req.cur != index {
+        // A gap in the responses: ask again from the first missing one, once per gap (the
+        // timer covers a lost second request).
+        if w.sent > 0 && s.req.cur != index && s.req.read_asked_again != Some(expected) {
+            s.req.read_asked_again = Some(expected);
             qp.count(Counter::Retransmits);
             rewind(&mut s.req, expected);
         }
@@ -302,6 +308,7 @@ pub(crate) fn timer_expired(dev: &Device<RxeDevice>, qp: &QpInner) {
             s.req.retries_left -= 1;
         }
         s.req.window.on_timeout();
+        s.req.read_asked_again = None;
         qp.count(Counter::Retransmits);
         // Resend from the oldest unacknowledged packet.
         let w = *s.req.work(s.req.consumer);

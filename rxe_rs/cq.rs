@@ -15,8 +15,10 @@ use crate::{
 use crate::kext::lock::{new_spinlock_bh, SpinLockBh};
 use kernel::prelude::*;
 
-/// Producer-side state, owned by the kernel.
+/// The ring and the kernel's (producer) side of it.
 struct Producer {
+    /// Replaced by `resize`.
+    ring: SharedRing,
     /// Next slot to fill (free-running; the shared copy is only ever written from this).
     index: u32,
     /// Armed by `req_notify_cq`: 0, or `NEXT_COMP` / `SOLICITED`.
@@ -26,7 +28,6 @@ struct Producer {
 /// A completion queue.
 #[pin_data]
 pub(crate) struct RxeCq {
-    ring: SharedRing,
     /// BH-safe: the receive softirq posts completions.
     #[pin]
     producer: SpinLockBh<Producer>,
@@ -36,23 +37,38 @@ impl RxeCq {
     /// A CQ for at least `cqe` completions, described to user space through `udata`.
     /// Returns its initialiser and its real capacity.
     pub(crate) fn new(cqe: u32, udata: &Udata<'_>) -> Result<(impl PinInit<Self, Error>, u32)> {
-        if cqe == 0 || cqe > limits::MAX_CQE {
+        let ring = new_ring(cqe, udata)?;
+        let capacity = ring.geometry().slots();
+        let init = try_pin_init!(Self {
+            producer <- new_spinlock_bh!(Producer { ring, index: 0, armed: 0 }, "rxe_rs_cq"),
+        });
+        Ok((init, capacity))
+    }
+
+    /// Moves the CQ to a new ring for at least `cqe` completions, described to user space
+    /// through `udata`; completions not yet polled move along, in order. Returns the new
+    /// capacity. EINVAL if more completions are waiting than the new ring holds.
+    pub(crate) fn resize(&self, cqe: u32, udata: &Udata<'_>) -> Result<u32> {
+        let mut ring = new_ring(cqe, udata)?;
+        let geometry = ring.geometry();
+        // `ring` is declared before the guard, so on every path the lock is released before
+        // a ring is freed (freeing one removes its mmap entry, not a thing to do under a spinlock).
+        let mut p = self.producer.lock();
+        let consumer = p.ring.load(RingIndex::Consumer);
+        let pending = p.ring.geometry().occupancy(p.index, consumer).ok_or(EINVAL)?;
+        if pending > geometry.slots() {
             return Err(EINVAL);
         }
-        // Kernel consumers (kernel verbs) are not supported yet.
-        let ctx = udata.ucontext().ok_or_else(eopnotsupp)?;
-        let geometry = RingGeometry::for_entries(cqe, core::mem::size_of::<Cqe>());
-        let ring = SharedRing::new(&ctx, geometry)?;
-        udata.write(&CreateCqResp {
-            ring: MmapInfo { offset: ring.buffer().mmap_offset(), size: ring.buffer().len() as u64 },
-            log2_slots: geometry.log2_slots,
-            slot_size: geometry.slot_size,
-        })?;
-        let init = try_pin_init!(Self {
-            ring,
-            producer <- new_spinlock_bh!(Producer { index: 0, armed: 0 }, "rxe_rs_cq"),
-        });
-        Ok((init, geometry.slots()))
+        for i in 0..pending {
+            let cqe: Cqe = p.ring.read(consumer.wrapping_add(i), 0)?;
+            ring.write(i, &cqe)?;
+        }
+        // The new ring's consumer index is 0 (fresh, zeroed memory).
+        ring.store(RingIndex::Producer, pending);
+        core::mem::swap(&mut p.ring, &mut ring);
+        p.index = pending;
+        drop(p);
+        Ok(geometry.slots())
     }
 
     /// Posts a completion and wakes the consumer if it asked to be. A full ring (or one whose
@@ -60,8 +76,8 @@ impl RxeCq {
     pub(crate) fn post(cq: &Cq<RxeDevice>, cqe: &Cqe, solicited: bool) -> Result {
         let wake = {
             let mut p = cq.producer.lock();
-            let geometry = cq.ring.geometry();
-            let consumer = cq.ring.load(RingIndex::Consumer);
+            let geometry = p.ring.geometry();
+            let consumer = p.ring.load(RingIndex::Consumer);
             match geometry.occupancy(p.index, consumer) {
                 Some(n) if n < geometry.slots() => {}
                 _ => {
@@ -70,9 +86,9 @@ impl RxeCq {
                     return Err(EBUSY);
                 }
             }
-            cq.ring.write(p.index, cqe)?;
+            p.ring.write(p.index, cqe)?;
             p.index = p.index.wrapping_add(1);
-            cq.ring.store(RingIndex::Producer, p.index);
+            p.ring.store(RingIndex::Producer, p.index);
             let wake = p.armed == cq_notify::NEXT_COMP || (p.armed == cq_notify::SOLICITED && solicited);
             if wake {
                 p.armed = 0;
@@ -93,7 +109,25 @@ impl RxeCq {
         if p.armed != cq_notify::NEXT_COMP {
             p.armed = kind;
         }
-        let pending = self.ring.load(RingIndex::Consumer) != p.index;
+        let pending = p.ring.load(RingIndex::Consumer) != p.index;
         i32::from(flags & cq_notify::REPORT_MISSED_EVENTS != 0 && pending)
     }
+}
+
+/// A ring for at least `cqe` completions, described to user space through `udata` (the
+/// create and resize responses are the same).
+fn new_ring(cqe: u32, udata: &Udata<'_>) -> Result<SharedRing> {
+    if cqe == 0 || cqe > limits::MAX_CQE {
+        return Err(EINVAL);
+    }
+    // Kernel consumers (kernel verbs) are not supported yet.
+    let ctx = udata.ucontext().ok_or_else(eopnotsupp)?;
+    let geometry = RingGeometry::for_entries(cqe, core::mem::size_of::<Cqe>());
+    let ring = SharedRing::new(&ctx, geometry)?;
+    udata.write(&CreateCqResp {
+        ring: MmapInfo { offset: ring.buffer().mmap_offset(), size: ring.buffer().len() as u64 },
+        log2_slots: geometry.log2_slots,
+        slot_size: geometry.slot_size,
+    })?;
+    Ok(ring)
 }

@@ -6,7 +6,7 @@ use crate::{
     cq::RxeCq,
     kext::{
         bindings,
-        ib::{self, Cq, CqInitAttr, Device, DeviceAttr, Mr, Pd, PortAttr, PortImmutable, Qp, QpAttr, QpCqs, QpInitAttr, StatDesc},
+        ib::{self, Cq, CqInitAttr, Device, DeviceAttr, Mr, Pd, PortAttr, PortImmutable, Qp, QpAttr, QpLinks, QpInitAttr, StatDesc},
         umem::random_u32,
         netdev::NetDevice,
         object::Udata,
@@ -244,20 +244,24 @@ impl ib::Driver for RxeDevice {
         dev.cqs.release();
     }
 
+    fn resize_cq(cq: &Cq<Self>, cqe: u32, udata: &Udata<'_>) -> Result<u32> {
+        cq.resize(cqe, udata)
+    }
+
     type Qp = RxeQp;
 
     fn create_qp(
         dev: &Device<Self>,
         pd: &Pd<Self>,
         init: &mut QpInitAttr,
-        cqs: QpCqs<Self>,
+        links: QpLinks<Self>,
         udata: &Udata<'_>,
     ) -> Result<(impl PinInit<RxeQp, Error>, u32)> {
         let mut qp = None;
         let qpn = dev.qps.insert_with(|qpn| {
             // SAFETY: the link lives in the QP, which the core destroys before the device.
             let link = unsafe { dev.link() };
-            let inner = Arc::pin_init(QpInner::new(link, qpn, pd.id, init, cqs, udata)?, GFP_KERNEL)?;
+            let inner = Arc::pin_init(QpInner::new(link, qpn, pd.id, init, links, udata)?, GFP_KERNEL)?;
             qp = Some(RxeQp { inner: inner.clone() });
             Ok(inner)
         })?;
@@ -275,7 +279,7 @@ impl ib::Driver for RxeDevice {
 
     fn destroy_qp(dev: &Device<Self>, qp: &Qp<Self>) {
         dev.qps.remove(qp.inner.qpn);
-        qp.inner.shutdown();
+        qp.inner.detach();
     }
 
     fn post_send(_dev: &Device<Self>, qp: &Qp<Self>) -> Result {

@@ -19,7 +19,7 @@ use crate::{
     counters::Counter,
     device::RxeDevice,
     kext::{
-        ib::{DeviceLink, QpCqs},
+        ib::{DeviceLink, QpLinks},
         lock::{new_spinlock_bh, SpinLockBh},
         timer::{Timer, TimerOwner},
     },
@@ -63,6 +63,9 @@ mod mask {
     pub(super) const DEST_QPN: i32 = bindings::ib_qp_attr_mask_IB_QP_DEST_QPN as i32;
 }
 
+/// `IB_EVENT_SQ_DRAINED`.
+const EVENT_SQ_DRAINED: bindings::ib_event_type = bindings::ib_event_type_IB_EVENT_SQ_DRAINED;
+
 /// Rights a QP may grant. LOCAL_WRITE means nothing for a QP, but applications (perftest) pass
 /// it and rdma_rxe accepts it.
 const QP_ACCESS: i32 =
@@ -85,6 +88,8 @@ pub(crate) struct QpAttrs {
     pub(crate) max_dest_rd_atomic: u8,
     pub(crate) sgid_index: u8,
     pub(crate) av: Option<AddressVector>,
+    /// In SQD, messages already started are still in flight (`IB_EVENT_SQ_DRAINED` is due).
+    pub(crate) sq_draining: bool,
 }
 
 /// Everything the QP's lock protects.
@@ -120,8 +125,8 @@ pub(crate) struct QpInner {
     pub(crate) rq: SharedRing,
     /// What creation granted (reported by query).
     pub(crate) caps: bindings::ib_qp_cap,
-    /// Where completions go.
-    pub(crate) cqs: QpCqs<RxeDevice>,
+    /// Where completions and events go.
+    pub(crate) links: QpLinks<RxeDevice>,
     /// Every send WR completes with a CQE (`sq_sig_all`).
     pub(crate) sq_sig_all: bool,
     /// BH-safe: the receive softirq and the timer run the protocol under it.
@@ -152,7 +157,7 @@ impl QpInner {
         qpn: u32,
         pd_id: u32,
         init: &mut QpInitAttr,
-        cqs: QpCqs<RxeDevice>,
+        links: QpLinks<RxeDevice>,
         udata: &Udata<'_>,
     ) -> Result<impl PinInit<Self, Error>> {
         if init.qp_type != bindings::ib_qp_type_IB_QPT_RC {
@@ -196,6 +201,7 @@ impl QpInner {
             max_dest_rd_atomic: 0,
             sgid_index: 0,
             av: None,
+            sq_draining: false,
         };
         let req = Requester::new(sq_geometry.slots(), init.cap.max_send_sge, init.cap.max_inline_data)?;
         let qp_state = QpState { attrs, req, resp: Responder::default() };
@@ -210,7 +216,7 @@ impl QpInner {
             sq,
             rq,
             caps,
-            cqs,
+            links,
             sq_sig_all,
             state <- new_spinlock_bh!(qp_state, "rxe_rs_qp"),
         }? Error))
@@ -225,6 +231,10 @@ impl QpInner {
         let next = if m & mask::STATE != 0 { attr.qp_state } else { cur };
         if cur != a.state || !ib::rc_transition_ok(cur, next, m) {
             return Err(EINVAL);
+        }
+        // Leaving SQD waits for the drain, except into the error state.
+        if m & mask::STATE != 0 && cur == state::SQD && a.sq_draining && next != state::ERR {
+            return Err(EINVAL); // as rdma_rxe
         }
         let mut new = *a;
         new.state = next;
@@ -286,12 +296,24 @@ impl QpInner {
         if next == state::RTR && cur != state::RTR && new.av.is_none() {
             return Err(EINVAL);
         }
+        if next == state::ERR || next == state::RESET {
+            new.sq_draining = false;
+        }
         *a = new;
         if next == state::RTR && cur != state::RTR {
             s.resp.start(new.rq_psn);
         }
         if next == state::RTS && cur == state::RTR {
             s.req.start(new.sq_psn, new.retry_cnt, new.rnr_retry);
+        }
+        if next == state::SQD && cur == state::RTS {
+            // No new message starts; those in flight finish (then the event).
+            s.attrs.sq_draining = true;
+            self.check_drained(s);
+        }
+        if next == state::RTS && cur == state::SQD {
+            // Sends what was posted meanwhile.
+            self.run_requester(self.dev.get(), s);
         }
         if next == state::RESET && cur != state::RESET {
             // Back to the creation state: the rings start over (the provider resets its side).
@@ -326,6 +348,7 @@ impl QpInner {
         attr.min_rnr_timer = a.min_rnr_timer;
         attr.max_rd_atomic = a.max_rd_atomic;
         attr.max_dest_rd_atomic = a.max_dest_rd_atomic;
+        attr.sq_draining = u8::from(a.sq_draining);
         if let Some(av) = &a.av {
             ib::write_roce_av(&mut attr.ah_attr, av, a.sgid_index, crate::device::PORT);
         }
@@ -405,8 +428,24 @@ impl QpInner {
         }
     }
 
-    /// Stops the timer for good and waits for it (destroy, process context).
-    pub(crate) fn shutdown(&self) {
+    /// In SQD, once every message started before is complete: reports `IB_EVENT_SQ_DRAINED`
+    /// (under the lock, so that `detach` cannot slip in between).
+    pub(crate) fn check_drained(&self, s: &mut QpState) {
+        if s.attrs.state == state::SQD && s.attrs.sq_draining && s.req.nothing_started_left() {
+            s.attrs.sq_draining = false;
+            self.links.qp.dispatch_event(EVENT_SQ_DRAINED);
+        }
+    }
+
+    /// Destroy: after this the datapath leaves the QP alone (every entry to it takes the lock
+    /// and finds it in RESET), so the core may free it and its CQs may go. Then stops the timer
+    /// for good and waits for it. Process context.
+    pub(crate) fn detach(&self) {
+        {
+            let mut s = self.state.lock();
+            s.attrs.state = state::RESET;
+            s.req.timer_armed = false;
+        }
         self.timer.shutdown();
     }
 }

@@ -17,7 +17,7 @@ use crate::{
         window::SendWindow,
         wire::Frame,
     },
-    qp::{QpInner, QpState},
+    qp::{state, QpInner, QpState},
     transmit::{Transmitter, TxError},
     uapi::{send_flags, send_opcode, wc_opcode, wc_status, SendWqe, Sge},
 };
@@ -92,12 +92,17 @@ pub(crate) struct Requester {
     pub(crate) fetched: u32,
     /// The WQE being (or next to be) transmitted.
     pub(crate) cur: u32,
+    /// WQEs before this one have sent packets (or were retired): what SQD lets finish.
+    pub(crate) started_end: u32,
     /// PSN the next fetched WQE starts at.
     pub(crate) next_psn: Psn,
     /// Everything before this PSN is acknowledged.
     pub(crate) acked_psn: Psn,
     /// READ requests out whose responses are not all in.
     pub(crate) reads_in_flight: u32,
+    /// A gap in a READ's responses made us ask again from this PSN: the rest of the burst
+    /// that lost a packet arrives past the gap too, and must not ask again each time.
+    pub(crate) read_asked_again: Option<Psn>,
     /// Packets sent since the last one asking for an ACK.
     noack_pkts: u32,
     /// Retransmissions left (`retry_cnt`), RNR retries left (`rnr_retry`).
@@ -124,9 +129,11 @@ impl Requester {
             consumer: 0,
             fetched: 0,
             cur: 0,
+            started_end: 0,
             next_psn: Psn::new(0),
             acked_psn: Psn::new(0),
             reads_in_flight: 0,
+            read_asked_again: None,
             noack_pkts: 0,
             retries_left: 0,
             rnr_left: 0,
@@ -168,7 +175,9 @@ impl Requester {
         self.consumer = 0;
         self.fetched = 0;
         self.cur = 0;
+        self.started_end = 0;
         self.reads_in_flight = 0;
+        self.read_asked_again = None;
         self.noack_pkts = 0;
         self.rnr_wait = false;
         self.window = SendWindow::default();
@@ -180,6 +189,11 @@ impl Requester {
         self.acked_psn = sq_psn;
         self.retries_left = retry_cnt;
         self.rnr_left = rnr_retry;
+    }
+
+    /// Every WQE that sent a packet is complete (SQD's "drained").
+    pub(crate) fn nothing_started_left(&self) -> bool {
+        self.consumer == self.started_end
     }
 
     /// A WQE in flight has packets not yet acknowledged.
@@ -319,6 +333,9 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> (bo
     while s.req.cur != s.req.fetched {
         let index = s.req.cur;
         let w = *s.req.work(index);
+        if index == s.req.started_end && s.attrs.state == state::SQD {
+            break; // SQD: no new message starts
+        }
         if w.sent == 0 {
             if w.is_read() && s.req.reads_in_flight >= u32::from(s.attrs.max_rd_atomic).max(1) {
                 break;
@@ -346,6 +363,9 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> (bo
         };
         sent_any = true;
         let req = &mut s.req;
+        if index == req.started_end {
+            req.started_end = index.wrapping_add(1);
+        }
         req.noack_pkts = if ack_req { 0 } else { req.noack_pkts + 1 };
         let w = req.work_mut(index);
         w.sent += 1;

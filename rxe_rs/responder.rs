@@ -151,7 +151,7 @@ fn complete_recv(qp: &QpInner, s: &mut QpState, status: u32, opcode: u32, byte_l
         ..Default::default()
     };
     // A full CQ raises IB_EVENT_CQ_ERR inside `post`.
-    let _ = RxeCq::post(qp.cqs.recv.get(), &cqe, solicited);
+    let _ = RxeCq::post(qp.links.recv.get(), &cqe, solicited);
 }
 
 /// Completes every posted receive WQE with WR_FLUSH_ERR (the QP is in the error state).

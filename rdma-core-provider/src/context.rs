@@ -21,6 +21,7 @@ static CONTEXT_OPS: verbs_context_ops = verbs_context_ops {
     destroy_cq: Some(crate::cq::destroy_cq),
     poll_cq: Some(crate::cq::poll_cq),
     req_notify_cq: Some(crate::cq::req_notify_cq),
+    resize_cq: Some(crate::cq::resize_cq),
     reg_mr: Some(crate::mr::reg_mr),
     dereg_mr: Some(crate::mr::dereg_mr),
     create_qp: Some(crate::qp::create_qp),

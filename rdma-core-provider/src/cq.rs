@@ -5,7 +5,7 @@ use crate::{
     ring::MappedRing,
 };
 use core::ffi::c_int;
-use rxe_rs_uapi::{CreateCqResp, Cqe, RingGeometry};
+use rxe_rs_uapi::{CreateCqResp, Cqe, ResizeCqResp, RingGeometry};
 use std::{
     mem::{offset_of, size_of, size_of_val, MaybeUninit},
     sync::Mutex,
@@ -15,10 +15,9 @@ use std::{
 #[repr(C)]
 pub struct Cq {
     pub verbs: verbs_cq,
-    /// The ring; `None` until mapped.
-    ring: Option<MappedRing>,
-    /// Consumer side: one poller at a time.
-    lock: Mutex<()>,
+    /// The ring (`None` until mapped, or if a resize could not map the new one). The lock
+    /// makes the consumer side one poller at a time and keeps a resize out of a poll.
+    ring: Mutex<Option<MappedRing>>,
 }
 
 /// `struct verbs_cq` (288 bytes): `ibv_cq_ex`, whose head is an `ibv_cq`.
@@ -54,8 +53,7 @@ pub unsafe extern "C" fn create_cq(
     let cq = Box::into_raw(Box::new(Cq {
         // SAFETY: plain C data, filled by libibverbs.
         verbs: unsafe { MaybeUninit::zeroed().assume_init() },
-        ring: None,
-        lock: Mutex::new(()),
+        ring: Mutex::new(None),
     }));
     let ibcq = cq.cast::<ibv_cq>();
     let mut cmd = ibv_create_cq::default();
@@ -71,11 +69,10 @@ pub unsafe extern "C" fn create_cq(
         crate::set_errno(ret);
         return core::ptr::null_mut();
     }
-    let geometry = RingGeometry { log2_slots: resp.drv.log2_slots, slot_size: resp.drv.slot_size };
     // SAFETY: `ctx` is valid.
-    match MappedRing::map(unsafe { (*ctx).cmd_fd }, &resp.drv.ring, geometry) {
+    match map_ring(unsafe { (*ctx).cmd_fd }, &resp.drv) {
         // SAFETY: `cq` is ours until returned.
-        Ok(ring) => unsafe { (*cq).ring = Some(ring) },
+        Ok(ring) => unsafe { *(*cq).ring.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(ring) },
         Err(e) => {
             // SAFETY: created above; destroy the kernel object and free ours.
             unsafe {
@@ -87,6 +84,51 @@ pub unsafe extern "C" fn create_cq(
         }
     }
     ibcq
+}
+
+/// Maps the ring a create or resize response describes.
+fn map_ring(cmd_fd: c_int, resp: &CreateCqResp) -> std::io::Result<MappedRing> {
+    let geometry = RingGeometry { log2_slots: resp.log2_slots, slot_size: resp.slot_size };
+    MappedRing::map(cmd_fd, &resp.ring, geometry)
+}
+
+/// The response to resize_cq: core part, then ours.
+#[repr(C)]
+#[derive(Default)]
+struct ResizeCqRespFull {
+    core: ib_uverbs_resize_cq_resp,
+    drv: ResizeCqResp,
+}
+
+/// `ibv_resize_cq`: the kernel moves the CQ to a new ring (with the completions not polled
+/// yet at its start); we map it in place of the old one.
+///
+/// # Safety
+///
+/// `ibcq` comes from [`create_cq`].
+pub unsafe extern "C" fn resize_cq(ibcq: *mut ibv_cq, cqe: c_int) -> c_int {
+    let cq = to_cq(ibcq);
+    let mut ring = cq.ring.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cmd = ibv_resize_cq::default();
+    let mut resp = ResizeCqRespFull::default();
+    // SAFETY: a CQ of ours; buffers of the sizes passed, the response starting with the core
+    // part. On success libibverbs stores the new capacity in `ibcq->cqe`.
+    let ret = unsafe { ibv_cmd_resize_cq(ibcq, cqe, &mut cmd, size_of_val(&cmd), &mut resp.core, size_of_val(&resp)) };
+    if ret != 0 {
+        return ret;
+    }
+    // SAFETY: a CQ of ours has a valid context.
+    match map_ring(unsafe { (*(*ibcq).context).cmd_fd }, &resp.drv) {
+        Ok(new) => {
+            *ring = Some(new);
+            0
+        }
+        Err(e) => {
+            // The kernel already writes to the new ring: without it this CQ can only fail.
+            *ring = None;
+            e.raw_os_error().unwrap_or(libc::ENOMEM)
+        }
+    }
 }
 
 /// `ibv_destroy_cq`.
@@ -111,8 +153,8 @@ pub unsafe extern "C" fn destroy_cq(ibcq: *mut ibv_cq) -> c_int {
 /// `ibcq` is ours; `wc` has room for `n` entries.
 pub unsafe extern "C" fn poll_cq(ibcq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
     let cq = to_cq(ibcq);
-    let Some(ring) = &cq.ring else { return -libc::EINVAL };
-    let _guard = cq.lock.lock().unwrap_or_else(|e| e.into_inner());
+    let guard = cq.ring.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(ring) = guard.as_ref() else { return -libc::EINVAL };
     let producer = ring.producer();
     let mut consumer = ring.consumer();
     let mut polled = 0;

@@ -107,12 +107,43 @@ impl<T: Driver> CqRef<T> {
     }
 }
 
-/// The completion queues of a new QP.
-pub(crate) struct QpCqs<T: Driver> {
+/// The core's side of one of our QPs, for reporting asynchronous events to its owner.
+///
+/// # Invariants
+///
+/// Points to an `ib_qp` of ours that is alive until the driver's `destroy_qp` returns; the
+/// driver reports no event after that (it stops its datapath for the QP first).
+pub(crate) struct QpRef<T: Driver>(NonNull<bindings::ib_qp>, PhantomData<T>);
+
+// SAFETY: only used to call the core's event handler, which may run on any CPU.
+unsafe impl<T: Driver> Send for QpRef<T> {}
+// SAFETY: as above.
+unsafe impl<T: Driver> Sync for QpRef<T> {}
+
+impl<T: Driver> QpRef<T> {
+    /// Reports `event` (an `ib_event_type`) on the QP to its owner.
+    pub(crate) fn dispatch_event(&self, event: bindings::ib_event_type) {
+        let qp = self.0.as_ptr();
+        // SAFETY: a live QP (type invariant) with a valid device; the core sets
+        // `event_handler` (possibly NULL) and `qp_context` before the QP is used.
+        unsafe {
+            if let Some(handler) = (*qp).event_handler {
+                let mut ev = bindings::ib_event { device: (*qp).device, event, ..Default::default() };
+                ev.element.qp = qp;
+                handler(&mut ev, (*qp).qp_context);
+            }
+        }
+    }
+}
+
+/// What a new QP reaches through the core: its completion queues, and itself (for events).
+pub(crate) struct QpLinks<T: Driver> {
     /// For send completions.
     pub(crate) send: CqRef<T>,
     /// For receive completions.
     pub(crate) recv: CqRef<T>,
+    /// The QP itself, for its asynchronous events.
+    pub(crate) qp: QpRef<T>,
 }
 
 /// The name of one hardware counter (`rdma statistic show`), for a `static` table.
@@ -205,6 +236,9 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     ) -> Result<(impl PinInit<Self::Cq, Error>, u32)>;
     /// Destroys a completion queue (dropped right after).
     fn destroy_cq(dev: &Device<Self>, cq: &Cq<Self>);
+    /// Gives the CQ room for at least `cqe` completions; `udata` carries the driver response.
+    /// Returns the number of completions it now holds.
+    fn resize_cq(cq: &Cq<Self>, cqe: u32, udata: &Udata<'_>) -> Result<u32>;
     /// What a queue pair holds.
     type Qp: Send + Sync;
     /// Creates a QP; writes the real capacities into `init.cap`; returns the initialiser and
@@ -213,7 +247,7 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
         dev: &Device<Self>,
         pd: &Pd<Self>,
         init: &mut QpInitAttr,
-        cqs: QpCqs<Self>,
+        links: QpLinks<Self>,
         udata: &Udata<'_>,
     ) -> Result<(impl PinInit<Self::Qp, Error>, u32)>;
     /// Applies the attributes of `mask` (and the state transition they ask for).
@@ -592,6 +626,7 @@ impl<T: Driver> Adapter<T> {
             dealloc_pd: Some(Self::dealloc_pd),
             create_cq: Some(Self::create_cq),
             destroy_cq: Some(Self::destroy_cq),
+            resize_cq: Some(Self::resize_cq),
             req_notify_cq: Some(Self::req_notify_cq),
             create_qp: Some(Self::create_qp),
             modify_qp: Some(Self::modify_qp),
@@ -769,6 +804,20 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
+    unsafe extern "C" fn resize_cq(cq: *mut bindings::ib_cq, cqe: kernel::ffi::c_int, udata: *mut bindings::ib_udata) -> kernel::ffi::c_int {
+        from_result(|| {
+            let cqe = u32::try_from(cqe).map_err(|_| EINVAL)?;
+            // SAFETY: a live CQ of ours; `udata` is the verb's driver udata (NULL for kernel
+            // callers). The core serialises nothing here: the CQ's own lock does.
+            unsafe {
+                let udata = Udata::from_raw(udata);
+                let capacity = T::resize_cq(Cq::<T>::from_raw(cq), cqe, &udata)?;
+                (*cq).cqe = capacity as i32;
+            }
+            Ok(0)
+        })
+    }
+
     unsafe extern "C" fn destroy_cq(cq: *mut bindings::ib_cq, _udata: *mut bindings::ib_udata) -> kernel::ffi::c_int {
         // SAFETY: the core destroys a CQ we initialised; no QP uses it any more (usecnt).
         unsafe {
@@ -791,12 +840,13 @@ impl<T: Driver> Adapter<T> {
                 let pd = Pd::<T>::from_raw((*qp).pd);
                 let udata = Udata::from_raw(udata);
                 // INVARIANT: the core checked both CQs and holds them while the QP lives;
-                // `destroy_qp` below waits for the receive path before the QP goes.
-                let cqs = QpCqs {
+                // the driver's `destroy_qp` stops its datapath for the QP before it returns.
+                let links = QpLinks {
                     send: CqRef(NonNull::new((*init).send_cq).ok_or(EINVAL)?, PhantomData),
                     recv: CqRef(NonNull::new((*init).recv_cq).ok_or(EINVAL)?, PhantomData),
+                    qp: QpRef(NonNull::new(qp).ok_or(EINVAL)?, PhantomData),
                 };
-                let (init_data, qpn) = T::create_qp(dev, pd, &mut *init, cqs, &udata)?;
+                let (init_data, qpn) = T::create_qp(dev, pd, &mut *init, links, &udata)?;
                 CoreObject::init(qp, init_data)?;
                 (*qp).qp_num = qpn;
             }

@@ -8,8 +8,10 @@ with REM_ACCESS_ERR and leave memory as it was.
 
 Usage: rdma_data.py DEVICE [CHECK...]   prints "ok NAME" or "not ok NAME: why" per check.
 """
+import errno
 import os
 import sys
+import threading
 import time
 
 from pyverbs.addr import AHAttr, GlobalRoute
@@ -17,6 +19,7 @@ from pyverbs.cq import CQ
 from pyverbs.device import Context
 from pyverbs.mr import MR
 from pyverbs.pd import PD
+from pyverbs.pyverbs_error import PyverbsRDMAError
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.wr import RecvWR, SGE, SendWR
 import pyverbs.enums as e
@@ -44,9 +47,9 @@ def pattern(n, seed):
 class Side:
     """One end: a PD, a CQ and an RC QP."""
 
-    def __init__(self, ctx):
+    def __init__(self, ctx, cqe=64):
         self.pd = PD(ctx)
-        self.cq = CQ(ctx, 64)
+        self.cq = CQ(ctx, cqe)
         cap = QPCap(max_send_wr=16, max_recv_wr=16, max_send_sge=4, max_recv_sge=4)
         self.qp = QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap))
 
@@ -88,9 +91,9 @@ class Side:
         return self.completion(f"wr {wr_id}")
 
 
-def pair(ctx):
+def pair(ctx, cqe=64):
     gid_index, gid = ipv4_gid_index(ctx)
-    a, b = Side(ctx), Side(ctx)
+    a, b = Side(ctx, cqe), Side(ctx)
     a.connect(b.qp.qp_num, gid_index, gid)
     b.connect(a.qp.qp_num, gid_index, gid)
     return a, b
@@ -201,6 +204,103 @@ def large_write_then_read_back(ctx):
     expect(local.read(size, size) == data, "data read back differs")
 
 
+def resize_cq_keeps_pending_completions(ctx):
+    """ibv_resize_cq with completions waiting: resizing below what waits, to 0 or past
+    max_cqe fails with EINVAL; growing keeps the waiting ones (polled afterwards, in order)
+    and the new ring then holds more than the old one could."""
+    a, b = pair(ctx, cqe=4)
+    expect(a.cq.cqe == 4, f"a CQ for 4 holds {a.cq.cqe}")
+    local, remote = a.mr(4096), b.mr(4096)
+
+    def writes(first, count):
+        for wr_id in range(first, first + count):
+            wr = SendWR(wr_id=wr_id, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
+                        sg=[SGE(local.buf, 8, local.lkey)], send_flags=e.IBV_SEND_SIGNALED)
+            wr.set_wr_rdma(remote.rkey, remote.buf + 8 * wr_id)
+            a.qp.post_send(wr)
+
+    def poll_in_order(first, count):
+        for wr_id in range(first, first + count):
+            wc = a.completion(f"WRITE {wr_id}")
+            expect_status(wc, e.IBV_WC_SUCCESS, f"WRITE {wr_id}")
+            expect(wc.wr_id == wr_id, f"completion of wr {wc.wr_id} where {wr_id} was due")
+
+    def resize_fails(cqe, why):
+        try:
+            a.cq.resize(cqe)
+        except PyverbsRDMAError as err:
+            expect(err.error_code == errno.EINVAL, f"resize to {cqe} ({why}): errno {err.error_code}, want EINVAL")
+            return
+        raise Failed(f"resize to {cqe} ({why}) succeeded")
+
+    local.write(pattern(8, 6), 8, 0)
+    writes(1, 4)
+    # Let all four complete (loopback ACKs take milliseconds) before touching the CQ.
+    deadline = time.time() + 30
+    while remote.read(8, 32) != pattern(8, 6) and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(1)
+    resize_fails(2, "4 completions wait")
+    resize_fails(0, "no room at all")
+    resize_fails(ctx.query_device().max_cqe + 1, "past max_cqe")
+    a.cq.resize(16)
+    expect(a.cq.cqe == 16, f"resized to 16, holds {a.cq.cqe}")
+    poll_in_order(1, 4)
+    writes(5, 12)
+    poll_in_order(5, 12)
+    n, _ = a.cq.poll(1)
+    expect(n == 0, "a completion nobody asked for")
+
+
+def next_async_event(ctx, timeout=30):
+    """The context's next asynchronous event (acknowledged), or None after `timeout` s."""
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(ctx.get_async_event()), daemon=True)
+    waiter.start()
+    waiter.join(timeout)
+    if not got:
+        return None
+    got[0].ack()
+    return got[0].event_type
+
+
+def sqd_drains_then_resumes(ctx):
+    """RTS -> SQD while a 256 KiB WRITE is in flight: it finishes, then IBV_EVENT_SQ_DRAINED
+    comes; a WRITE posted in SQD does not start (no data, no completion) until the QP is back
+    in RTS, then completes and lands."""
+    a, b = pair(ctx)
+    size = 256 << 10
+    local, remote = a.mr(size), b.mr(size)
+    data = pattern(64, 7)
+    local.write(data, 64, 0)
+    wr = SendWR(wr_id=4, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[SGE(local.buf, size, local.lkey)],
+                send_flags=e.IBV_SEND_SIGNALED)
+    wr.set_wr_rdma(remote.rkey, remote.buf)
+    a.qp.post_send(wr)
+    a.qp.modify(QPAttr(qp_state=e.IBV_QPS_SQD), e.IBV_QP_STATE)
+    event = next_async_event(ctx)
+    expect(event == e.IBV_EVENT_SQ_DRAINED, f"async event {event}, want SQ_DRAINED ({e.IBV_EVENT_SQ_DRAINED})")
+    n, wcs = a.cq.poll(1)
+    expect(n == 1 and wcs[0].wr_id == 4 and wcs[0].status == e.IBV_WC_SUCCESS,
+           "SQ_DRAINED came before the WRITE in flight completed")
+    remote.write(bytes([GUARD]) * 64, 64, 0)
+    attr, _ = a.qp.query(e.IBV_QP_STATE | e.IBV_QP_CUR_STATE)
+    expect(attr.qp_state == e.IBV_QPS_SQD and attr.sq_draining == 0,
+           f"queried state {attr.qp_state} sq_draining {attr.sq_draining}, want SQD, 0")
+    wr = SendWR(wr_id=5, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[SGE(local.buf, 64, local.lkey)],
+                send_flags=e.IBV_SEND_SIGNALED)
+    wr.set_wr_rdma(remote.rkey, remote.buf)
+    a.qp.post_send(wr)
+    time.sleep(2)
+    expect(remote.read(64, 0) == bytes([GUARD]) * 64, "a WRITE posted in SQD was executed")
+    n, _ = a.cq.poll(1)
+    expect(n == 0, "a WRITE posted in SQD completed")
+    a.qp.modify(QPAttr(qp_state=e.IBV_QPS_RTS), e.IBV_QP_STATE)
+    wc = a.completion("the WRITE posted in SQD")
+    expect_status(wc, e.IBV_WC_SUCCESS, "the WRITE posted in SQD")
+    expect(wc.wr_id == 5 and remote.read(64, 0) == data, "the WRITE posted in SQD did not land")
+
+
 def remote_access_error(opcode, access, rkey_of, addr_of, length):
     """An RDMA op that must fail with REM_ACCESS_ERR and leave both sides' memory alone."""
     def check(ctx):
@@ -230,6 +330,8 @@ CHECKS = {
     "read_into_sge_list": read_into_sge_list,
     "send_between_sge_lists": send_between_sge_lists,
     "large_write_then_read_back": large_write_then_read_back,
+    "resize_cq_keeps_pending_completions": resize_cq_keeps_pending_completions,
+    "sqd_drains_then_resumes": sqd_drains_then_resumes,
     "write_wrong_rkey": remote_access_error(WRITE, RW, wrong_key, start, 4096),
     "read_wrong_rkey": remote_access_error(READ, RW, wrong_key, start, 4096),
     "write_past_mr_end": remote_access_error(WRITE, RW, lambda mr: mr.rkey, lambda mr: mr.buf + REMOTE_SIZE - 100, 101),

@@ -22,6 +22,10 @@ pub struct CreateCqResp {
     pub slot_size: u32,
 }
 
+/// Response to `resize_cq`: the CQ's new ring, described as at creation. The old ring stops
+/// being written; the completions not yet polled were copied to the start of the new one.
+pub type ResizeCqResp = CreateCqResp;
+
 const _: () = {
     assert!(core::mem::size_of::<MmapInfo>() == 16);
     assert!(core::mem::size_of::<CreateCqResp>() == 24);

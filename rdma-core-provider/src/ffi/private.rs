@@ -146,7 +146,7 @@ pub struct verbs_context_ops {
     pub reg_mr: Option<unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, u64, c_int) -> *mut ibv_mr>,
     pub req_notify_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int>,
     pub rereg_mr: UnusedOp,
-    pub resize_cq: UnusedOp,
+    pub resize_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int>,
     pub set_ece: UnusedOp,
     pub unimport_dm: UnusedOp,
     pub unimport_mr: UnusedOp,
@@ -225,6 +225,14 @@ pub struct ibv_create_cq {
     pub core: ib_uverbs_create_cq,
 }
 
+/// `struct ibv_resize_cq` (kern-abi.h).
+#[repr(C)]
+#[derive(Default)]
+pub struct ibv_resize_cq {
+    pub hdr: ib_uverbs_cmd_hdr,
+    pub core: ib_uverbs_resize_cq,
+}
+
 /// `struct ibv_query_port` (kern-abi.h).
 #[repr(C)]
 #[derive(Default)]
@@ -294,6 +302,14 @@ extern "C" {
         resp_size: usize,
     ) -> c_int;
     pub fn ibv_cmd_destroy_cq(cq: *mut ibv_cq) -> c_int;
+    pub fn ibv_cmd_resize_cq(
+        cq: *mut ibv_cq,
+        cqe: c_int,
+        cmd: *mut ibv_resize_cq,
+        cmd_size: usize,
+        resp: *mut ib_uverbs_resize_cq_resp,
+        resp_size: usize,
+    ) -> c_int;
     pub fn ibv_cmd_create_qp(
         pd: *mut ibv_pd,
         qp: *mut ibv_qp,
@@ -413,6 +429,7 @@ mod tests {
         assert_eq!(offset_of!(verbs_context_ops, query_port), 60 * 8);
         assert_eq!(offset_of!(verbs_context_ops, reg_mr), 68 * 8);
         assert_eq!(offset_of!(verbs_context_ops, req_notify_cq), 69 * 8);
+        assert_eq!(offset_of!(verbs_context_ops, resize_cq), 71 * 8);
         assert_eq!(offset_of!(verbs_context_ops, unimport_pd), 600);
     }
 
@@ -468,6 +485,8 @@ mod tests {
     fn command_wrappers_have_the_kernel_sizes() {
         assert_eq!(size_of::<ibv_get_context>(), 16);
         assert_eq!(size_of::<ibv_query_port>(), 24);
+        assert_eq!(size_of::<ibv_resize_cq>(), 24);
+        assert_eq!(size_of::<ib_uverbs_resize_cq_resp>(), 8);
         assert_eq!(size_of::<ib_uverbs_ex_query_device_resp>(), 304);
         assert_eq!(size_of::<ib_uverbs_get_context_resp>(), 8);
     }
