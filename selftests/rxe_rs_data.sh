@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 # Data integrity: RDMA WRITE, READ and SEND between SGE lists over several MRs, checked byte
-# for byte; ibv_resize_cq with completions waiting; SQD draining; remote accesses with a wrong
-# rkey, without the right or out of bounds failing with REM_ACCESS_ERR without touching memory
-# (guest/rdma_data.py, two QPs over loopback).
+# for byte (also posted with the ibv_wr_* API); ibv_resize_cq with completions waiting; SQD
+# draining; remote accesses with a wrong rkey, without the right or out of bounds failing with
+# REM_ACCESS_ERR without touching memory (guest/rdma_data.py, two QPs over loopback).
 source "$(dirname "$0")/guest/lib.sh"
 DEV=rxers0
 
 checks=(write_sge_list_to_mr_end read_into_sge_list send_between_sge_lists large_write_then_read_back
-	resize_cq_keeps_pending_completions sqd_drains_then_resumes
+	resize_cq_keeps_pending_completions sqd_drains_then_resumes wr_api_batch
 	write_wrong_rkey read_wrong_rkey write_past_mr_end read_before_mr_start write_without_remote_write)
 ktap_print_header
 ktap_set_plan $((${#checks[@]} + 1))

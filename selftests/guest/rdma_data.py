@@ -10,6 +10,7 @@ Usage: rdma_data.py DEVICE [CHECK...]   prints "ok NAME" or "not ok NAME: why" p
 """
 import errno
 import os
+import socket
 import sys
 import threading
 import time
@@ -20,12 +21,14 @@ from pyverbs.device import Context
 from pyverbs.mr import MR
 from pyverbs.pd import PD
 from pyverbs.pyverbs_error import PyverbsRDMAError
-from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.qp import QP, QPAttr, QPCap, QPEx, QPInitAttr, QPInitAttrEx
 from pyverbs.wr import RecvWR, SGE, SendWR
 import pyverbs.enums as e
 
 from verbs import ipv4_gid_index
 
+WR_API_OPS = (e.IBV_QP_EX_WITH_RDMA_WRITE | e.IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | e.IBV_QP_EX_WITH_SEND
+              | e.IBV_QP_EX_WITH_SEND_WITH_IMM | e.IBV_QP_EX_WITH_RDMA_READ)
 RW = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
 GUARD = 0xEE
 
@@ -47,11 +50,18 @@ def pattern(n, seed):
 class Side:
     """One end: a PD, a CQ and an RC QP."""
 
-    def __init__(self, ctx, cqe=64):
+    def __init__(self, ctx, cqe=64, wr_api=False):
         self.pd = PD(ctx)
         self.cq = CQ(ctx, cqe)
-        cap = QPCap(max_send_wr=16, max_recv_wr=16, max_send_sge=4, max_recv_sge=4)
-        self.qp = QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap))
+        cap = QPCap(max_send_wr=16, max_recv_wr=16, max_send_sge=4, max_recv_sge=4, max_inline_data=64)
+        if wr_api:
+            # The extended QP: work requests are built with ibv_wr_*.
+            attr = QPInitAttrEx(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap, pd=self.pd,
+                                comp_mask=e.IBV_QP_INIT_ATTR_PD | e.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+                                send_ops_flags=WR_API_OPS)
+            self.qp = QPEx(ctx, attr)
+        else:
+            self.qp = QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap))
 
     def mr(self, size, access=RW, fill=GUARD):
         mr = MR(self.pd, size, access)
@@ -91,9 +101,9 @@ class Side:
         return self.completion(f"wr {wr_id}")
 
 
-def pair(ctx, cqe=64):
+def pair(ctx, cqe=64, wr_api=False):
     gid_index, gid = ipv4_gid_index(ctx)
-    a, b = Side(ctx, cqe), Side(ctx)
+    a, b = Side(ctx, cqe, wr_api), Side(ctx)
     a.connect(b.qp.qp_num, gid_index, gid)
     b.connect(a.qp.qp_num, gid_index, gid)
     return a, b
@@ -252,6 +262,50 @@ def resize_cq_keeps_pending_completions(ctx):
     expect(n == 0, "a completion nobody asked for")
 
 
+def wr_api_batch(ctx):
+    """One ibv_wr_start/ibv_wr_complete batch of an extended QP: RDMA WRITE from an SGE,
+    WRITE WITH IMMEDIATE of inline data, SEND WITH IMMEDIATE, RDMA READ back into an SGE
+    list; every byte, immediate, opcode and completion in order checked."""
+    a, b = pair(ctx, wr_api=True)
+    local, remote, rbuf = a.mr(8192), b.mr(4096), b.mr(4096)
+    block, inline, message = pattern(1024, 8), pattern(48, 9), pattern(200, 10)
+    local.write(block, 1024, 0)
+    local.write(message, 200, 2048)
+    inline_buf = a.mr(64)
+    inline_buf.write(inline, 48, 0)
+    for wr_id in (21, 22):
+        b.qp.post_recv(RecvWR(wr_id=wr_id, num_sge=1, sg=[SGE(rbuf.buf + 2048 * (wr_id - 21), 2048, rbuf.lkey)]))
+    qp = a.qp
+    qp.wr_start()
+    qp.wr_id, qp.wr_flags = 1, e.IBV_SEND_SIGNALED
+    qp.wr_rdma_write(remote.rkey, remote.buf)
+    qp.wr_set_sge(SGE(local.buf, 1024, local.lkey))
+    qp.wr_id, qp.wr_flags = 2, e.IBV_SEND_SIGNALED
+    qp.wr_rdma_write_imm(remote.rkey, remote.buf + 1024, 0x1234)
+    qp.wr_set_inline_data(inline_buf.buf, 48)
+    qp.wr_id, qp.wr_flags = 3, e.IBV_SEND_SIGNALED
+    qp.wr_send_imm(0x5678)
+    qp.wr_set_sge(SGE(local.buf + 2048, 200, local.lkey))
+    qp.wr_id, qp.wr_flags = 4, e.IBV_SEND_SIGNALED
+    qp.wr_rdma_read(remote.rkey, remote.buf)
+    qp.wr_set_sge_list(2, [SGE(local.buf + 4096, 1000, local.lkey), SGE(local.buf + 6000, 72, local.lkey)])
+    qp.wr_complete()
+    for wr_id, opcode in ((1, e.IBV_WC_RDMA_WRITE), (2, e.IBV_WC_RDMA_WRITE), (3, e.IBV_WC_SEND), (4, e.IBV_WC_RDMA_READ)):
+        wc = a.completion(f"wr {wr_id}")
+        expect_status(wc, e.IBV_WC_SUCCESS, f"wr {wr_id}")
+        expect(wc.wr_id == wr_id and wc.opcode == opcode, f"completion of wr {wc.wr_id} opcode {wc.opcode}, want {wr_id} {opcode}")
+    expect(remote.read(1072, 0) == block + inline, "remote data differs after the WRITEs")
+    expect(local.read(1000, 4096) + local.read(72, 6000) == block + inline, "data read back differs")
+    # Immediates travel in network order; the receive completions carry them as sent.
+    for wr_id, opcode, length, imm in ((21, e.IBV_WC_RECV_RDMA_WITH_IMM, 48, 0x1234), (22, e.IBV_WC_RECV, 200, 0x5678)):
+        wc = b.completion(f"receive {wr_id}")
+        expect_status(wc, e.IBV_WC_SUCCESS, f"receive {wr_id}")
+        expect(wc.wr_id == wr_id and wc.opcode == opcode and wc.byte_len == length
+               and wc.wc_flags & e.IBV_WC_WITH_IMM and wc.imm_data == socket.htonl(imm),
+               f"receive {wc.wr_id}: opcode {wc.opcode} byte_len {wc.byte_len} flags {wc.wc_flags} imm {wc.imm_data:#x}")
+    expect(rbuf.read(200, 2048) == message, "the SEND's data differs")
+
+
 def next_async_event(ctx, timeout=30):
     """The context's next asynchronous event (acknowledged), or None after `timeout` s."""
     got = []
@@ -332,6 +386,7 @@ CHECKS = {
     "large_write_then_read_back": large_write_then_read_back,
     "resize_cq_keeps_pending_completions": resize_cq_keeps_pending_completions,
     "sqd_drains_then_resumes": sqd_drains_then_resumes,
+    "wr_api_batch": wr_api_batch,
     "write_wrong_rkey": remote_access_error(WRITE, RW, wrong_key, start, 4096),
     "read_wrong_rkey": remote_access_error(READ, RW, wrong_key, start, 4096),
     "write_past_mr_end": remote_access_error(WRITE, RW, lambda mr: mr.rkey, lambda mr: mr.buf + REMOTE_SIZE - 100, 101),
