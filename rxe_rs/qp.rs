@@ -441,11 +441,7 @@ impl QpInner {
     /// and finds it in RESET), so the core may free it and its CQs may go. Then stops the timer
     /// for good and waits for it. Process context.
     pub(crate) fn detach(&self) {
-        {
-            let mut s = self.state.lock();
-            s.attrs.state = state::RESET;
-            s.req.timer_armed = false;
-        }
+        self.state.lock().attrs.state = state::RESET;
         self.timer.shutdown();
     }
 }

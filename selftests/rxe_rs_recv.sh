@@ -53,9 +53,7 @@ reap "$QPHOLDER_PID"
 
 # SENDs from the wire into posted receives: single packet, and FIRST + LAST across the MTU
 # scattered over two SGEs. A PSN gap and a SEND with no receive left are dropped and counted.
-# One grep over the whole table: a process per GID entry costs minutes in a TCG guest.
-gid=$(grep -l "ffff:0a0b:0001" /sys/class/infiniband/$DEV/ports/1/gids/* 2>/dev/null | head -1)
-gid=${gid##*/}
+gid=$(gid_index "$DEV" "0000:0000:0000:0000:0000:ffff:0a0b:0001")
 coproc RECV { /usr/bin/python3 -u "$here/guest/recv_target.py" "$DEV" "$gid"; }
 read -r -t 300 rqpn <&"${RECV[0]}"
 # SEND ONLY at PSN 0, SEND FIRST at 1, SEND LAST at 2.

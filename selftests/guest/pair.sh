@@ -35,18 +35,12 @@ wait_listening() {
 	done
 }
 
+# The helpers below also need selftests/guest/lib.sh (reset_modules, wait_for, gid_index).
+
 # The index of the RoCEv2 GID of our IPv4 address on ib device $1.
 ipv4_gid_index() {
-	# One grep over the whole table (a process per entry is slow in a TCG guest); unused entries
-	# read as zeros, or fail to read.
-	local want f
-	want="0000:0000:0000:0000:0000:ffff:$(printf '%02x%02x:%02x%02x' ${PAIR_MY_IP//./ })"
-	f=$(grep -lx "$want" /sys/class/infiniband/"$1"/ports/1/gids/* 2>/dev/null | head -1)
-	[[ -n $f ]] || return 1
-	echo "${f##*/}"
+	gid_index "$1" "0000:0000:0000:0000:0000:ffff:$(printf '%02x%02x:%02x%02x' ${PAIR_MY_IP//./ })"
 }
-
-# The helpers below also need selftests/guest/lib.sh (reset_modules, wait_for).
 
 # Both guests reach the named point (marker files in the shared results directory).
 pair_barrier() {

@@ -11,14 +11,12 @@ source "$RXE_RS_ROOT/selftests/guest/lib.sh"
 run_case() {
 	local name=$1
 	shift
-	local start=$SECONDS
 	pair_barrier "$label-$name" || { ktap_test_fail "$label $name (peer never came)"; return; }
 	if [[ $PAIR_ROLE == a ]]; then
 		check "$label $name (server)" pair_server "$@"
 	else
 		check "$label $name (client)" pair_client "$@" "$PAIR_PEER_IP"
 	fi
-	echo "# $((SECONDS - start)) s"
 }
 
 pairing() {
