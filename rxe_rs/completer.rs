@@ -28,9 +28,7 @@ use crate::{
 pub(crate) fn retire(qp: &QpInner, req: &mut Requester, status: u32) {
     let index = req.consumer;
     let w = *req.work(index);
-    if w.is_read() && w.sent > 0 && req.reads_in_flight > 0 {
-        req.reads_in_flight -= 1;
-    }
+    req.reads_in_flight -= w.reads_out.min(req.reads_in_flight);
     if status != wc_status::SUCCESS || qp.sq_sig_all || w.wqe.flags & send_flags::SIGNALED != 0 {
         let cqe = Cqe {
             wr_id: w.wqe.wr_id,
@@ -69,12 +67,16 @@ pub(crate) fn rewind(req: &mut Requester, psn: Psn) {
     let mut i = index;
     while i != end {
         let w = req.work_mut(i);
-        let read_out = w.is_read() && w.sent > 0;
-        // A READ resumes at its first missing response (`read_got`), anything else at `psn`.
-        w.sent = if i == index && !w.is_read() { psn.diff(w.first_psn) as u32 } else { 0 };
-        if read_out {
-            req.reads_in_flight = req.reads_in_flight.saturating_sub(1);
-        }
+        // A READ asks again from its first missing response, anything else resends from `psn`.
+        let reads_out = core::mem::take(&mut w.reads_out);
+        w.sent = if w.is_read() {
+            w.read_got
+        } else if i == index {
+            psn.diff(w.first_psn) as u32
+        } else {
+            0
+        };
+        req.reads_in_flight -= reads_out.min(req.reads_in_flight);
         i = i.wrapping_add(1);
     }
     req.cur = index;
@@ -219,9 +221,7 @@ fn read_response(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, d: &Dat
         }
         if w.is_read() {
             // Responses to a later READ before this one finished: ours were lost.
-            qp.count(Counter::Retransmits);
-            let from = w.first_psn.add(w.read_got);
-            rewind(&mut s.req, from);
+            ask_again(qp, &mut s.req, w.first_psn.add(w.read_got));
             return Err(Counter::RcvdStaleResponse);
         }
         retire(qp, &mut s.req, wc_status::SUCCESS);
@@ -234,12 +234,9 @@ fn read_response(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, d: &Dat
         return Err(Counter::DuplicateRequest);
     }
     if d_psn > 0 {
-        // A gap in the responses: ask again from the first missing one, once per gap (the
-        // timer covers a lost second request).
-        if w.sent > 0 && s.req.cur != index && s.req.read_asked_again != Some(expected) {
-            s.req.read_asked_again = Some(expected);
-            qp.count(Counter::Retransmits);
-            rewind(&mut s.req, expected);
+        // A gap in the responses: ask again from the first missing one.
+        if w.sent > w.read_got {
+            ask_again(qp, &mut s.req, expected);
         }
         return Err(Counter::RcvdSeqErr);
     }
@@ -247,7 +244,8 @@ fn read_response(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, d: &Dat
     let offset = w.read_got * mtu;
     let is_last = w.read_got + 1 == w.npkts;
     let len_ok = if is_last { offset + d.payload.len() as u32 == w.len } else { d.payload.len() as u32 == mtu };
-    if !len_ok || d.info.is_last != is_last {
+    // A LAST response may also end a part of the message (one of several requests).
+    if !len_ok || (is_last && !d.info.is_last) {
         qp.fail(s, index, wc_status::BAD_RESP_ERR);
         return Err(Counter::RcvdInvalidRequest);
     }
@@ -255,12 +253,29 @@ fn read_response(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, d: &Dat
         qp.fail(s, index, status);
         return Err(Counter::RcvdPkts);
     }
-    s.req.work_mut(index).read_got += 1;
+    let w = s.req.work_mut(index);
+    w.read_got += 1;
+    if d.info.is_last && w.reads_out > 0 {
+        w.reads_out -= 1;
+        s.req.reads_in_flight = s.req.reads_in_flight.saturating_sub(1);
+    }
     s.req.acked_psn = psn.add(1);
     if is_last {
         retire(qp, &mut s.req, wc_status::SUCCESS);
     }
     Ok(())
+}
+
+/// Asks again for the responses of the READ in flight from `from` on (and sends every later
+/// request again), once per gap: every later packet of the burst that lost one would ask again,
+/// and the responder answers each duplicate READ with a whole new burst, which loses more. The
+/// timer covers a lost second request.
+fn ask_again(qp: &QpInner, req: &mut Requester, from: Psn) {
+    if req.read_asked_again != Some(from) {
+        req.read_asked_again = Some(from);
+        qp.count(Counter::Retransmits);
+        rewind(req, from);
+    }
 }
 
 /// Writes READ response bytes at message offset `offset` into the READ's local SGEs.

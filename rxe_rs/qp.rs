@@ -65,6 +65,8 @@ mod mask {
 
 /// `IB_EVENT_SQ_DRAINED`.
 const EVENT_SQ_DRAINED: bindings::ib_event_type = bindings::ib_event_type_IB_EVENT_SQ_DRAINED;
+/// `IB_EVENT_QP_FATAL`.
+const EVENT_QP_FATAL: bindings::ib_event_type = bindings::ib_event_type_IB_EVENT_QP_FATAL;
 
 /// Rights a QP may grant. LOCAL_WRITE means nothing for a QP, but applications (perftest) pass
 /// it and rdma_rxe accepts it.
@@ -391,7 +393,7 @@ impl QpInner {
         match end {
             RunEnd::Idle => {}
             RunEnd::Failed(index, status) => return self.fail(s, index, status),
-            RunEnd::BrokenRing => return self.enter_error(s),
+            RunEnd::BrokenRing => return self.fatal(s),
         }
         if sent && !s.req.timer_armed {
             completer::arm_retransmit(self, s);
@@ -418,6 +420,14 @@ impl QpInner {
         self.timer.cancel();
         self.flush_sq(s);
         responder::flush_rq(self, s);
+    }
+
+    /// One of the QP's rings is corrupt (the process wrote garbage to its indices): the error
+    /// state, and `IB_EVENT_QP_FATAL` to the owner, as a hardware QP reports a catastrophic
+    /// work queue error. Nothing outside this QP is touched.
+    pub(crate) fn fatal(&self, s: &mut QpState) {
+        self.enter_error(s);
+        self.links.qp.dispatch_event(EVENT_QP_FATAL);
     }
 
     /// Completes every WQE of the SQ, posted or in flight, with WR_FLUSH_ERR.

@@ -25,6 +25,12 @@ use kernel::prelude::*;
 
 /// An ACK is requested at least every this many packets of a long message.
 const PACKETS_PER_ACK_REQ: u32 = 32;
+/// An RDMA READ is asked for in parts of at most this many responses, sent within the send
+/// window as a WRITE's packets are: READ responses are not acknowledged, so nothing else keeps a
+/// large READ from arriving as one burst that overflows the path. Parts never cross a multiple
+/// of this from the READ's first PSN, so a request for what was lost never reaches past the end
+/// of the request it repeats (the responder took that one's PSNs, and no more).
+const READ_PART: u32 = 32;
 
 /// A send WQE the kernel owns: the validated copy and its progress.
 #[derive(Clone, Copy, Default)]
@@ -36,10 +42,12 @@ pub(crate) struct SendWork {
     pub(crate) first_psn: Psn,
     /// PSNs it uses: packets, or READ response packets.
     pub(crate) npkts: u32,
-    /// Packets sent so far; a READ counts 1 once its request went out.
+    /// Packets sent so far; for a READ, responses asked for so far.
     pub(crate) sent: u32,
     /// READ: response packets received (and scattered) so far.
     pub(crate) read_got: u32,
+    /// READ: its requests whose last response has not arrived.
+    pub(crate) reads_out: u32,
 }
 
 impl SendWork {
@@ -51,9 +59,9 @@ impl SendWork {
         self.first_psn.add(self.npkts.max(1) - 1)
     }
 
-    /// All of its packets (the READ request) are out.
+    /// All of its packets (for a READ, requests for all its responses) are out.
     pub(crate) fn fully_sent(&self) -> bool {
-        self.sent >= if self.is_read() { 1 } else { self.npkts }
+        self.sent >= self.npkts.max(1)
     }
 
     fn kind(&self) -> MessageKind {
@@ -98,7 +106,7 @@ pub(crate) struct Requester {
     pub(crate) next_psn: Psn,
     /// Everything before this PSN is acknowledged.
     pub(crate) acked_psn: Psn,
-    /// READ requests out whose responses are not all in.
+    /// READ requests out whose last response has not arrived (what `max_rd_atomic` limits).
     pub(crate) reads_in_flight: u32,
     /// A gap in a READ's responses made us ask again from this PSN: the rest of the burst
     /// that lost a packet arrives past the gap too, and must not ask again each time.
@@ -247,7 +255,7 @@ impl Requester {
         } else {
             wqe.num_sge = 0;
         }
-        self.works[slot] = SendWork { wqe, len: len as u32, first_psn: Psn::new(0), npkts: 0, sent: 0, read_got: 0 };
+        self.works[slot] = SendWork { wqe, len: len as u32, ..Default::default() };
         Ok(())
     }
 }
@@ -336,26 +344,34 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> (bo
         if index == s.req.started_end && s.attrs.state == state::SQD {
             break; // SQD: no new message starts
         }
-        if w.sent == 0 {
-            if w.is_read() && s.req.reads_in_flight >= u32::from(s.attrs.max_rd_atomic).max(1) {
-                break;
-            }
-            if w.wqe.flags & send_flags::FENCE != 0 && s.req.reads_in_flight > 0 {
-                break;
-            }
-        }
-        let psn = w.first_psn.add(if w.is_read() { w.read_got } else { w.sent });
-        let unacked = psn.diff(s.req.acked_psn).max(0) as u32;
-        if unacked >= s.req.window.limit() {
+        if w.is_read() && s.req.reads_in_flight >= u32::from(s.attrs.max_rd_atomic).max(1) {
             break;
         }
+        if w.sent == 0 && w.wqe.flags & send_flags::FENCE != 0 && s.req.reads_in_flight > 0 {
+            break;
+        }
+        let unacked = w.first_psn.add(w.sent).diff(s.req.acked_psn).max(0) as u32;
+        let room = s.req.window.limit().saturating_sub(unacked);
+        // Packets (or READ responses asked for) this step.
+        let psns = if w.is_read() {
+            let part = (READ_PART - w.sent % READ_PART).min(w.npkts.max(1) - w.sent);
+            // Not one request per arriving response: wait for room for the whole part.
+            if room < part.min(s.req.window.limit()) {
+                break;
+            }
+            part.min(room)
+        } else if room == 0 {
+            break;
+        } else {
+            1
+        };
         if tx.is_none() {
             tx = Transmitter::new(dev, &av);
         }
         // No route: the retransmission timer tries again.
         let Some(t) = tx.as_ref() else { break };
         let edge = s.req.window.is_edge(unacked);
-        let ack_req = match send_packet(dev, qp, &av, s.attrs.dest_qpn, mtu, &s.req, index, t, edge) {
+        let ack_req = match send_packet(dev, qp, &av, s.attrs.dest_qpn, mtu, &s.req, index, psns, t, edge) {
             Ok(ack_req) => ack_req,
             // Lost before the wire: the retransmission timer recovers it, as any loss.
             Err(TxError::Dropped) => true,
@@ -368,20 +384,20 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> (bo
         }
         req.noack_pkts = if ack_req { 0 } else { req.noack_pkts + 1 };
         let w = req.work_mut(index);
-        w.sent += 1;
-        let done = w.fully_sent();
-        let is_read = w.is_read();
-        if done {
+        w.sent += psns;
+        if w.is_read() {
+            w.reads_out += 1;
+            req.reads_in_flight += 1;
+        }
+        if req.work(index).fully_sent() {
             req.cur = req.cur.wrapping_add(1);
-            if is_read {
-                req.reads_in_flight += 1;
-            }
         }
     }
     (sent_any, RunEnd::Idle)
 }
 
-/// Builds and sends the next packet of the work at `index`; returns whether it asked for an ACK.
+/// Builds and sends the next packet of the work at `index` (for a READ, the request for its
+/// next `responses`); returns whether it asked for an ACK.
 #[allow(clippy::too_many_arguments)]
 fn send_packet(
     dev: &Device<RxeDevice>,
@@ -391,19 +407,21 @@ fn send_packet(
     mtu: IbMtu,
     req: &Requester,
     index: u32,
+    responses: u32,
     tx: &Transmitter<'_>,
     window_edge: bool,
 ) -> Result<bool, TxError> {
     let w = req.work(index);
     let av = *av;
     if w.is_read() {
-        // A READ request asks for the responses not received yet (all of them, first time).
-        let skip = w.read_got * mtu.bytes();
+        // The responses from `sent` on: a part of the message, or after a loss its rest.
+        let skip = w.sent * mtu.bytes();
+        let dma_len = (w.len - skip).min(responses * mtu.bytes());
         let frame = Frame {
             av,
             sport: qp.sport,
-            bth: bth(crate::proto::opcode::Opcode::RC_READ_REQUEST.0, dest_qpn, w.first_psn.add(w.read_got), true, false),
-            reth: Some(Reth { va: w.wqe.remote_addr + u64::from(skip), rkey: w.wqe.rkey, dma_len: w.len - skip }),
+            bth: bth(crate::proto::opcode::Opcode::RC_READ_REQUEST.0, dest_qpn, w.first_psn.add(w.sent), true, false),
+            reth: Some(Reth { va: w.wqe.remote_addr + u64::from(skip), rkey: w.wqe.rkey, dma_len }),
             aeth: None,
             immdt: None,
             payload_len: 0,

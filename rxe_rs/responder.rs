@@ -28,7 +28,6 @@ use crate::{
     transmit::Transmitter,
     uapi::{wc_flags, wc_opcode, wc_status, Cqe, RecvWqe, Sge},
 };
-use kernel::prelude::*;
 
 /// A receive WQE taken from the RQ, and how far a message has filled it.
 pub(crate) struct RecvInProgress {
@@ -81,29 +80,42 @@ enum Failure {
     Invalid,
     /// Bad R_Key, rights or range: NAK "remote access error".
     Access,
-    /// The receive WQE could not take the SEND: NAK "invalid request", and the WQE completes
-    /// with this local status.
+    /// The receive WQE could not take the SEND: the WQE completes with this local status, and
+    /// the NAK is "invalid request" (too long) or "remote operational error" (a malformed WQE).
     Local(u32),
+    /// The RQ's indices are corrupt: NAK "remote operational error", and the QP's owner gets
+    /// `IB_EVENT_QP_FATAL`.
+    BrokenRing,
 }
 
-/// Takes the next receive WQE off the RQ: `Ok(None)` if the process posted none (RNR), `Err`
-/// if the ring or the WQE is corrupt.
-fn take_recv_wqe(qp: &QpInner, rq_consumer: u32, recv: &mut Option<RecvInProgress>) -> Result<bool> {
+/// Why the next receive WQE cannot be used. Only a process writing garbage to its own RQ gets
+/// here: the provider never posts either.
+#[derive(Clone, Copy)]
+pub(crate) enum RqError {
+    /// The indices are inconsistent: nothing in the ring can be trusted.
+    BrokenRing,
+    /// The WQE is malformed (more SGEs than the QP has); it was taken off the ring with no SGEs.
+    BadWqe,
+}
+
+/// Takes the next receive WQE off the RQ: `Ok(false)` if the process posted none (RNR).
+fn take_recv_wqe(qp: &QpInner, rq_consumer: u32, recv: &mut Option<RecvInProgress>) -> core::result::Result<bool, RqError> {
     let producer = qp.rq.load(RingIndex::Producer);
     match qp.rq.geometry().occupancy(producer, rq_consumer) {
-        None => return Err(EINVAL),
+        None => return Err(RqError::BrokenRing),
         Some(0) => return Ok(false),
         Some(_) => {}
     }
-    let wqe: RecvWqe = qp.rq.read(rq_consumer, 0)?;
+    let wqe: RecvWqe = qp.rq.read(rq_consumer, 0).map_err(|_| RqError::BrokenRing)?;
+    let r = recv.insert(RecvInProgress { wr_id: wqe.wr_id, sges: [Sge::default(); limits::MAX_SGE as usize], num_sge: 0, received: 0 });
     let num_sge = wqe.num_sge as usize;
     if num_sge > qp.caps.max_recv_sge as usize {
-        return Err(EINVAL);
+        return Err(RqError::BadWqe);
     }
-    let r = recv.insert(RecvInProgress { wr_id: wqe.wr_id, sges: [Sge::default(); limits::MAX_SGE as usize], num_sge, received: 0 });
     for (i, sge) in r.sges[..num_sge].iter_mut().enumerate() {
-        *sge = qp.rq.read(rq_consumer, core::mem::size_of::<RecvWqe>() + i * core::mem::size_of::<Sge>())?;
+        *sge = qp.rq.read(rq_consumer, core::mem::size_of::<RecvWqe>() + i * core::mem::size_of::<Sge>()).map_err(|_| RqError::BrokenRing)?;
     }
+    r.num_sge = num_sge;
     Ok(true)
 }
 
@@ -159,9 +171,9 @@ pub(crate) fn flush_rq(qp: &QpInner, s: &mut QpState) {
     loop {
         if s.resp.recv.is_none() {
             match take_recv_wqe(qp, s.resp.rq_consumer, &mut s.resp.recv) {
-                Ok(true) => {}
+                Ok(true) | Err(RqError::BadWqe) => {}
                 // Nothing posted, or a ring too corrupt to read: nothing more to flush.
-                _ => return,
+                Ok(false) | Err(RqError::BrokenRing) => return,
             }
         }
         complete_recv(qp, s, wc_status::WR_FLUSH_ERR, wc_opcode::RECV, 0, None, false);
@@ -327,7 +339,8 @@ fn need_recv(qp: &QpInner, s: &mut QpState) -> core::result::Result<core::result
     match take_recv_wqe(qp, s.resp.rq_consumer, &mut s.resp.recv) {
         Ok(true) => Ok(Ok(())),
         Ok(false) => Ok(Err(Rnr)),
-        Err(_) => Err(Failure::Invalid),
+        Err(RqError::BadWqe) => Err(Failure::Local(wc_status::LOC_QP_OP_ERR)),
+        Err(RqError::BrokenRing) => Err(Failure::BrokenRing),
     }
 }
 
@@ -392,7 +405,9 @@ fn execute_write(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, d: &Dat
 fn duplicate(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpState, d: &Datagram<'_>) {
     if d.info.is_read {
         if let Some(reth) = Reth::parse(d.ext_headers) {
-            if check_remote(dev, qp, s, &reth, access::REMOTE_READ).is_ok() {
+            // Only PSNs a READ executed before took: the responses must not run past them.
+            let end = d.bth.psn.add(packet_count(reth.dma_len, s.attrs.path_mtu));
+            if end.diff(s.resp.seq.epsn) <= 0 && check_remote(dev, qp, s, &reth, access::REMOTE_READ).is_ok() {
                 read_reply(dev, qp, s, &reth, d.bth.psn);
             }
         }
@@ -406,8 +421,13 @@ fn duplicate(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpState, d: &Datagram<'_
 fn fail(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, f: Failure, psn: Psn) {
     let code = match f {
         Failure::Access => NakCode::RemoteAccessError,
+        Failure::Local(wc_status::LOC_QP_OP_ERR) | Failure::BrokenRing => NakCode::RemoteOperationalError,
         Failure::Invalid | Failure::Local(_) => NakCode::InvalidRequest,
     };
     send_ack(dev, qp, s, Syndrome::Nak(code), psn);
-    qp.enter_error(s);
+    if let Failure::BrokenRing = f {
+        qp.fatal(s);
+    } else {
+        qp.enter_error(s);
+    }
 }

@@ -3,33 +3,43 @@
 # Data integrity: RDMA WRITE, READ and SEND between SGE lists over several MRs, checked byte
 # for byte (also posted with the ibv_wr_* API); ibv_resize_cq with completions waiting; SQD
 # draining; remote accesses with a wrong rkey, without the right or out of bounds failing with
-# REM_ACCESS_ERR without touching memory (guest/rdma_data.py, two QPs over loopback).
+# REM_ACCESS_ERR without touching memory (guest/rdma_data.py, two QPs over loopback); garbage
+# written to the mapped rings failing only its own QP or CQ (guest/ring_scribble.py).
 source "$(dirname "$0")/guest/lib.sh"
 DEV=rxers0
 
 checks=(write_sge_list_to_mr_end read_into_sge_list send_between_sge_lists large_write_then_read_back
 	resize_cq_keeps_pending_completions sqd_drains_then_resumes wr_api_batch
 	write_wrong_rkey read_wrong_rkey write_past_mr_end read_before_mr_start write_without_remote_write)
+# A process writing garbage to its own rings fails only its own QP or CQ (guest/ring_scribble.py).
+scribbles=(rq_indices_scribbled rq_wqe_scribbled sq_indices_scribbled sq_wqe_scribbled_after_doorbell
+	cq_indices_scribbled)
 ktap_print_header
-ktap_set_plan $((${#checks[@]} + 1))
+ktap_set_plan $((${#checks[@]} + ${#scribbles[@]} + 1))
 reset_modules
 make_veth veth0 veth1 10.11.0.1/24
 rdma link add "$DEV" type rxe_rs netdev veth0
 wait_for 30 gid_present "$DEV" "0000:0000:0000:0000:0000:ffff:0a0b:0001"
 
-# One process runs every check (a Python start costs seconds in a TCG guest); each result is
-# reported as it comes.
-declare -A seen
-while IFS= read -r line; do
-	case $line in
-	"ok "*) seen[${line#ok }]=1; ktap_test_pass "${line#ok }" ;;
-	"not ok "*) name=${line#not ok }; name=${name%%:*}; seen[$name]=1; echo "# $line"; ktap_test_fail "$name" ;;
-	*) echo "# $line" ;;
-	esac
-done < <(timeout 900 /usr/bin/python3 "$(dirname "$0")/guest/rdma_data.py" "$DEV" "${checks[@]}" 2>&1)
-for c in "${checks[@]}"; do
-	[[ -n ${seen[$c]:-} ]] || ktap_test_fail "$c (no result: the check hung or crashed)"
-done
+# One process runs the checks of each file (a Python start costs seconds in a TCG guest); each
+# result is reported as it comes.
+run_checks() {
+	local file=$1 line name c
+	shift
+	declare -A seen
+	while IFS= read -r line; do
+		case $line in
+		"ok "*) seen[${line#ok }]=1; ktap_test_pass "${line#ok }" ;;
+		"not ok "*) name=${line#not ok }; name=${name%%:*}; seen[$name]=1; echo "# $line"; ktap_test_fail "$name" ;;
+		*) echo "# $line" ;;
+		esac
+	done < <(timeout 900 /usr/bin/python3 "$(dirname "$0")/guest/$file" "$DEV" "$@" 2>&1)
+	for c in "$@"; do
+		[[ -n ${seen[$c]:-} ]] || ktap_test_fail "$c (no result: the check hung or crashed)"
+	done
+}
+run_checks rdma_data.py "${checks[@]}"
+run_checks ring_scribble.py "${scribbles[@]}"
 rdma statistic show link "$DEV/1" | sed 's/^/# /'
 counter() { rdma statistic show link "$DEV/1" | grep -oE "(^| )$1 [0-9]+" | awk '{print $2}'; }
 check "the remote access errors were NAKed and counted" test "$(counter rcvd_invalid_request)" -ge 5

@@ -394,15 +394,19 @@ CHECKS = {
     "write_without_remote_write": remote_access_error(WRITE, RO, lambda mr: mr.rkey, start, 64),
 }
 
-if __name__ == "__main__":
-    device, names = sys.argv[1], sys.argv[2:] or list(CHECKS)
+def run_checks(checks, device, names):
+    """Runs the named checks (all if none) in one context, printing a result line for each."""
     with Context(name=device) as context:
-        for name in names:
+        for name in names or list(checks):
             print(f"running {name}", flush=True)
             try:
-                CHECKS[name](context)
+                checks[name](context)
                 print(f"ok {name}", flush=True)
             except Failed as why:
                 print(f"not ok {name}: {why}", flush=True)
             except Exception as err:
                 print(f"not ok {name}: {type(err).__name__}: {err}", flush=True)
+
+
+if __name__ == "__main__":
+    run_checks(CHECKS, sys.argv[1], sys.argv[2:])
