@@ -4,7 +4,8 @@
 # for byte (also posted with the ibv_wr_* API); ibv_resize_cq with completions waiting; SQD
 # draining; remote accesses with a wrong rkey, without the right or out of bounds failing with
 # REM_ACCESS_ERR without touching memory (guest/rdma_data.py, two QPs over loopback); garbage
-# written to the mapped rings failing only its own QP or CQ (guest/ring_scribble.py).
+# written to the mapped rings failing only its own QP or CQ (guest/ring_scribble.py); rnr_retry
+# and retry_cnt honoured against a responder without receives or in ERR (guest/rc_recovery.py).
 source "$(dirname "$0")/guest/lib.sh"
 DEV=rxers0
 
@@ -14,8 +15,9 @@ checks=(write_sge_list_to_mr_end read_into_sge_list send_between_sge_lists large
 # A process writing garbage to its own rings fails only its own QP or CQ (guest/ring_scribble.py).
 scribbles=(rq_indices_scribbled rq_wqe_scribbled sq_indices_scribbled sq_wqe_scribbled_after_doorbell
 	cq_indices_scribbled)
+recoveries=(rnr_retry_exhausted rnr_waits_for_a_receive retry_cnt_exhausted)
 ktap_print_header
-ktap_set_plan $((${#checks[@]} + ${#scribbles[@]} + 1))
+ktap_set_plan $((${#checks[@]} + ${#scribbles[@]} + ${#recoveries[@]} + 1))
 reset_modules
 make_veth veth0 veth1 10.11.0.1/24
 rdma link add "$DEV" type rxe_rs netdev veth0
@@ -40,6 +42,7 @@ run_checks() {
 }
 run_checks rdma_data.py "${checks[@]}"
 run_checks ring_scribble.py "${scribbles[@]}"
+run_checks rc_recovery.py "${recoveries[@]}"
 rdma statistic show link "$DEV/1" | sed 's/^/# /'
 counter() { rdma statistic show link "$DEV/1" | grep -oE "(^| )$1 [0-9]+" | awk '{print $2}'; }
 check "the remote access errors were NAKed and counted" test "$(counter rcvd_invalid_request)" -ge 5

@@ -1,0 +1,91 @@
+"""Recovery from a responder that is not ready or not there (pyverbs, one process, loopback):
+`rnr_retry` and `retry_cnt` are honoured to the packet, as the counters show.
+
+Usage: rc_recovery.py DEVICE [CHECK...]   prints "ok NAME" or "not ok NAME: why" per check.
+"""
+import sys
+import time
+
+from pyverbs.qp import QPAttr
+from pyverbs.wr import RecvWR, SGE, SendWR
+import pyverbs.enums as e
+
+from rdma_data import expect, expect_status, pair, pattern, run_checks
+
+
+def counter(ctx, name):
+    with open(f"/sys/class/infiniband/{ctx.name}/ports/1/hw_counters/{name}") as f:
+        return int(f.read())
+
+
+def counters(ctx, *names):
+    return {n: counter(ctx, n) for n in names}
+
+
+def moved(ctx, before):
+    return {n: counter(ctx, n) - v for n, v in before.items()}
+
+
+def post_send_64(side, opcode, data, remote=None):
+    src = side.mr(64)
+    src.write(data, 64, 0)
+    wr = SendWR(wr_id=1, opcode=opcode, num_sge=1, sg=[SGE(src.buf, 64, src.lkey)], send_flags=e.IBV_SEND_SIGNALED)
+    if remote is not None:
+        wr.set_wr_rdma(remote.rkey, remote.buf)
+    side.qp.post_send(wr)
+    return src
+
+
+def rnr_retry_exhausted(ctx):
+    """A SEND to a QP without a posted receive, rnr_retry 2: three RNR NAKs (the first try and
+    two retries), then RNR_RETRY_EXC_ERR."""
+    a, b = pair(ctx, rnr_retry=2)
+    before = counters(ctx, "rcvd_rnr", "rcvd_rnr_nak", "retry_rnr_exceeded_err")
+    _src = post_send_64(a, e.IBV_WR_SEND, pattern(64, 1))
+    expect_status(a.completion("the SEND nobody receives"), e.IBV_WC_RNR_RETRY_EXC_ERR, "the SEND nobody receives")
+    got = moved(ctx, before)
+    expect(got == {"rcvd_rnr": 3, "rcvd_rnr_nak": 3, "retry_rnr_exceeded_err": 1}, f"counters moved by {got}")
+
+
+def rnr_waits_for_a_receive(ctx):
+    """rnr_retry 7 (forever): a SEND keeps being RNR NAKed until the receiver posts a receive,
+    then completes, and its data arrives."""
+    a, b = pair(ctx)
+    before = counter(ctx, "rcvd_rnr")
+    data = pattern(64, 2)
+    _src = post_send_64(a, e.IBV_WR_SEND, data)
+    deadline = time.time() + 10
+    while counter(ctx, "rcvd_rnr") - before < 3 and time.time() < deadline:
+        time.sleep(0.05)
+    expect(counter(ctx, "rcvd_rnr") - before >= 3, "the SEND was not RNR NAKed (repeatedly)")
+    n, _ = a.cq.poll(1)
+    expect(n == 0, "the SEND completed with no receive posted")
+    dst = b.mr(64)
+    b.qp.post_recv(RecvWR(wr_id=3, num_sge=1, sg=[SGE(dst.buf, 64, dst.lkey)]))
+    expect_status(a.completion("the SEND"), e.IBV_WC_SUCCESS, "the SEND")
+    wc = b.completion("the receive")
+    expect_status(wc, e.IBV_WC_SUCCESS, "the receive")
+    expect(wc.wr_id == 3 and wc.byte_len == 64 and dst.read(64, 0) == data, "the SEND's data did not arrive")
+
+
+def retry_cnt_exhausted(ctx):
+    """The responder's QP is in ERR, so its packets are dropped and nothing is acknowledged:
+    with retry_cnt 2 the WRITE goes out three times, then fails with RETRY_EXC_ERR."""
+    a, b = pair(ctx, timeout=8, retry_cnt=2)
+    b.qp.modify(QPAttr(qp_state=e.IBV_QPS_ERR), e.IBV_QP_STATE)
+    remote = b.mr(64)
+    before = counters(ctx, "rcvd_qp_not_ready", "retransmits", "retry_exceeded_err")
+    _src = post_send_64(a, e.IBV_WR_RDMA_WRITE, pattern(64, 3), remote)
+    expect_status(a.completion("the WRITE nobody acknowledges"), e.IBV_WC_RETRY_EXC_ERR, "the WRITE nobody acknowledges")
+    got = moved(ctx, before)
+    expect(got == {"rcvd_qp_not_ready": 3, "retransmits": 2, "retry_exceeded_err": 1}, f"counters moved by {got}")
+
+
+CHECKS = {
+    "rnr_retry_exhausted": rnr_retry_exhausted,
+    "rnr_waits_for_a_receive": rnr_waits_for_a_receive,
+    "retry_cnt_exhausted": retry_cnt_exhausted,
+}
+
+if __name__ == "__main__":
+    run_checks(CHECKS, sys.argv[1], sys.argv[2:])
