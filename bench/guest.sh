@@ -57,13 +57,20 @@ reset_modules
 # TCP on the same link, for scale.
 pair_barrier tcp
 if [[ $PAIR_ROLE == a ]]; then
-	timeout 60 iperf3 -s -1 >/dev/null
+	timeout 90 iperf3 -s -1 >"$PAIR_RESULTS/iperf3-server.log" 2>&1
 else
+	# Retried while the server is not listening yet; the last attempt stays in iperf3-client.log (.err).
 	for _ in $(seq 30); do
-		out=$(timeout 60 iperf3 -c "$PAIR_PEER_IP" -t 5 -J 2>/dev/null) && break
+		out=$(timeout 60 iperf3 -c "$PAIR_PEER_IP" -t 5 -J 2>"$PAIR_RESULTS/iperf3-client.err") && break
 		sleep 1
 	done
-	bps=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"])' <<<"$out")
-	awk -v b="$bps" 'BEGIN { printf "tcp,iperf3,131072,MB/s,%.2f\n", b / 8e6 }' >>"$CSV"
+	echo "$out" >"$PAIR_RESULTS/iperf3-client.log"
+	# No row when it failed: the report shows "-" and `make bench` fails, rather than a 0.
+	bps=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"])' <<<"$out" 2>/dev/null)
+	if [[ -n $bps ]]; then
+		awk -v b="$bps" 'BEGIN { printf "tcp,iperf3,131072,MB/s,%.2f\n", b / 8e6 }' >>"$CSV"
+	else
+		echo "# iperf3 failed: see iperf3-client.log"
+	fi
 fi
 pair_barrier done

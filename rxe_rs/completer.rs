@@ -255,6 +255,9 @@ fn read_response(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, d: &Dat
     }
     let w = s.req.work_mut(index);
     w.read_got += 1;
+    // A LAST ends one of its requests. (After a spurious timeout, a late LAST of the request
+    // that was repeated counts for the repeat: one more READ request may go out early, and
+    // `retire` settles the count.)
     if d.info.is_last && w.reads_out > 0 {
         w.reads_out -= 1;
         s.req.reads_in_flight = s.req.reads_in_flight.saturating_sub(1);

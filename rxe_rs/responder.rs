@@ -91,7 +91,7 @@ enum Failure {
 /// Why the next receive WQE cannot be used. Only a process writing garbage to its own RQ gets
 /// here: the provider never posts either.
 #[derive(Clone, Copy)]
-pub(crate) enum RqError {
+enum RqError {
     /// The indices are inconsistent: nothing in the ring can be trusted.
     BrokenRing,
     /// The WQE is malformed (more SGEs than the QP has); it was taken off the ring with no SGEs.
