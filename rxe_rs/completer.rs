@@ -28,7 +28,7 @@ use crate::{
 pub(crate) fn retire(qp: &QpInner, req: &mut Requester, status: u32) {
     let index = req.consumer;
     let w = *req.work(index);
-    req.reads_in_flight -= w.reads_out.min(req.reads_in_flight);
+    req.reads_in_flight = req.reads_in_flight.saturating_sub(w.reads_out);
     if status != wc_status::SUCCESS || qp.sq_sig_all || w.wqe.flags & send_flags::SIGNALED != 0 {
         let cqe = Cqe {
             wr_id: w.wqe.wr_id,
@@ -76,7 +76,7 @@ pub(crate) fn rewind(req: &mut Requester, psn: Psn) {
         } else {
             0
         };
-        req.reads_in_flight -= reads_out.min(req.reads_in_flight);
+        req.reads_in_flight = req.reads_in_flight.saturating_sub(reads_out);
         i = i.wrapping_add(1);
     }
     req.cur = index;

@@ -61,7 +61,7 @@ impl SendWork {
 
     /// All of its packets (for a READ, requests for all its responses) are out.
     pub(crate) fn fully_sent(&self) -> bool {
-        self.sent >= self.npkts.max(1)
+        self.sent >= self.npkts
     }
 
     fn kind(&self) -> MessageKind {
@@ -354,7 +354,7 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> (bo
         let room = s.req.window.limit().saturating_sub(unacked);
         // Packets (or READ responses asked for) this step.
         let psns = if w.is_read() {
-            let part = (READ_PART - w.sent % READ_PART).min(w.npkts.max(1) - w.sent);
+            let part = (READ_PART - w.sent % READ_PART).min(w.npkts - w.sent);
             // Not one request per arriving response: wait for room for the whole part.
             if room < part.min(s.req.window.limit()) {
                 break;

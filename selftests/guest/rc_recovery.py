@@ -7,7 +7,7 @@ import sys
 import time
 
 from pyverbs.qp import QPAttr
-from pyverbs.wr import RecvWR, SGE, SendWR
+from pyverbs.wr import RecvWR, SGE
 import pyverbs.enums as e
 
 from rdma_data import expect, expect_status, pair, pattern, run_checks
@@ -26,22 +26,12 @@ def moved(ctx, before):
     return {n: counter(ctx, n) - v for n, v in before.items()}
 
 
-def post_send_64(side, opcode, data, remote=None):
-    src = side.mr(64)
-    src.write(data, 64, 0)
-    wr = SendWR(wr_id=1, opcode=opcode, num_sge=1, sg=[SGE(src.buf, 64, src.lkey)], send_flags=e.IBV_SEND_SIGNALED)
-    if remote is not None:
-        wr.set_wr_rdma(remote.rkey, remote.buf)
-    side.qp.post_send(wr)
-    return src
-
-
 def rnr_retry_exhausted(ctx):
     """A SEND to a QP without a posted receive, rnr_retry 2: three RNR NAKs (the first try and
     two retries), then RNR_RETRY_EXC_ERR."""
     a, b = pair(ctx, rnr_retry=2)
     before = counters(ctx, "rcvd_rnr", "rcvd_rnr_nak", "retry_rnr_exceeded_err")
-    _src = post_send_64(a, e.IBV_WR_SEND, pattern(64, 1))
+    _src = a.start_data(e.IBV_WR_SEND, pattern(64, 1))
     expect_status(a.completion("the SEND nobody receives"), e.IBV_WC_RNR_RETRY_EXC_ERR, "the SEND nobody receives")
     got = moved(ctx, before)
     expect(got == {"rcvd_rnr": 3, "rcvd_rnr_nak": 3, "retry_rnr_exceeded_err": 1}, f"counters moved by {got}")
@@ -53,7 +43,7 @@ def rnr_waits_for_a_receive(ctx):
     a, b = pair(ctx)
     before = counter(ctx, "rcvd_rnr")
     data = pattern(64, 2)
-    _src = post_send_64(a, e.IBV_WR_SEND, data)
+    _src = a.start_data(e.IBV_WR_SEND, data)
     deadline = time.time() + 10
     while counter(ctx, "rcvd_rnr") - before < 3 and time.time() < deadline:
         time.sleep(0.05)
@@ -75,7 +65,7 @@ def retry_cnt_exhausted(ctx):
     b.qp.modify(QPAttr(qp_state=e.IBV_QPS_ERR), e.IBV_QP_STATE)
     remote = b.mr(64)
     before = counters(ctx, "rcvd_qp_not_ready", "retransmits", "retry_exceeded_err")
-    _src = post_send_64(a, e.IBV_WR_RDMA_WRITE, pattern(64, 3), remote)
+    _src = a.start_data(e.IBV_WR_RDMA_WRITE, pattern(64, 3), remote)
     expect_status(a.completion("the WRITE nobody acknowledges"), e.IBV_WC_RETRY_EXC_ERR, "the WRITE nobody acknowledges")
     got = moved(ctx, before)
     expect(got == {"rcvd_qp_not_ready": 3, "retransmits": 2, "retry_exceeded_err": 1}, f"counters moved by {got}")

@@ -93,21 +93,38 @@ class Side:
             time.sleep(0.01)
         raise Failed(f"no completion for {what} in {timeout} s")
 
-    def post(self, opcode, sges, rkey=None, addr=None, wr_id=1):
+    def start(self, opcode, sges, rkey=None, addr=None, wr_id=1):
+        """Posts one signaled WR (an RDMA one to `addr` under `rkey`) without waiting."""
         wr = SendWR(wr_id=wr_id, opcode=opcode, num_sge=len(sges), sg=sges, send_flags=e.IBV_SEND_SIGNALED)
         if rkey is not None:
             wr.set_wr_rdma(rkey, addr)
         self.qp.post_send(wr)
+
+    def post(self, opcode, sges, rkey=None, addr=None, wr_id=1):
+        self.start(opcode, sges, rkey, addr, wr_id)
         return self.completion(f"wr {wr_id}")
 
+    def start_data(self, opcode, data, remote=None, wr_id=1):
+        """Posts one signaled WR carrying `data` from a new MR (an RDMA one to the start of MR
+        `remote`) without waiting; returns that MR, which must outlive the WR."""
+        src = self.mr(len(data))
+        src.write(data, len(data), 0)
+        rkey, addr = (remote.rkey, remote.buf) if remote is not None else (None, None)
+        self.start(opcode, [SGE(src.buf, len(data), src.lkey)], rkey, addr, wr_id)
+        return src
 
-def pair(ctx, cqe=64, wr_api=False, **requester_attrs):
-    """Two connected sides; `requester_attrs` (timeout, retry_cnt, rnr_retry) for `a`."""
+
+def connected(ctx, a, b, **requester_attrs):
+    """Connects two sides through the device's IPv4 GID; `requester_attrs` (timeout,
+    retry_cnt, rnr_retry) are `a`'s."""
     gid_index, gid = ipv4_gid_index(ctx)
-    a, b = Side(ctx, cqe, wr_api), Side(ctx)
     a.connect(b.qp.qp_num, gid_index, gid, **requester_attrs)
     b.connect(a.qp.qp_num, gid_index, gid)
     return a, b
+
+
+def pair(ctx, cqe=64, wr_api=False, **requester_attrs):
+    return connected(ctx, Side(ctx, cqe, wr_api), Side(ctx), **requester_attrs)
 
 
 class Scattered:
@@ -225,10 +242,7 @@ def resize_cq_keeps_pending_completions(ctx):
 
     def writes(first, count):
         for wr_id in range(first, first + count):
-            wr = SendWR(wr_id=wr_id, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
-                        sg=[SGE(local.buf, 8, local.lkey)], send_flags=e.IBV_SEND_SIGNALED)
-            wr.set_wr_rdma(remote.rkey, remote.buf + 8 * wr_id)
-            a.qp.post_send(wr)
+            a.start(e.IBV_WR_RDMA_WRITE, [SGE(local.buf, 8, local.lkey)], remote.rkey, remote.buf + 8 * wr_id, wr_id)
 
     def poll_in_order(first, count):
         for wr_id in range(first, first + count):
@@ -319,6 +333,20 @@ def next_async_event(ctx, timeout=30):
     return got[0].event_type
 
 
+def wait_event(ctx, want, timeout=30):
+    """Waits for async event `want`, acknowledging every event that comes before it."""
+    deadline = time.time() + timeout
+    seen = []
+    while time.time() < deadline:
+        event = next_async_event(ctx, max(deadline - time.time(), 0.1))
+        if event is None:
+            break
+        if event == want:
+            return
+        seen.append(event)
+    raise Failed(f"no async event {want} in {timeout} s (got {seen})")
+
+
 def sqd_drains_then_resumes(ctx):
     """RTS -> SQD while a 256 KiB WRITE is in flight: it finishes, then IBV_EVENT_SQ_DRAINED
     comes; a WRITE posted in SQD does not start (no data, no completion) until the QP is back
@@ -328,10 +356,7 @@ def sqd_drains_then_resumes(ctx):
     local, remote = a.mr(size), b.mr(size)
     data = pattern(64, 7)
     local.write(data, 64, 0)
-    wr = SendWR(wr_id=4, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[SGE(local.buf, size, local.lkey)],
-                send_flags=e.IBV_SEND_SIGNALED)
-    wr.set_wr_rdma(remote.rkey, remote.buf)
-    a.qp.post_send(wr)
+    a.start(e.IBV_WR_RDMA_WRITE, [SGE(local.buf, size, local.lkey)], remote.rkey, remote.buf, wr_id=4)
     a.qp.modify(QPAttr(qp_state=e.IBV_QPS_SQD), e.IBV_QP_STATE)
     event = next_async_event(ctx)
     expect(event == e.IBV_EVENT_SQ_DRAINED, f"async event {event}, want SQ_DRAINED ({e.IBV_EVENT_SQ_DRAINED})")
@@ -342,10 +367,7 @@ def sqd_drains_then_resumes(ctx):
     attr, _ = a.qp.query(e.IBV_QP_STATE | e.IBV_QP_CUR_STATE)
     expect(attr.qp_state == e.IBV_QPS_SQD and attr.sq_draining == 0,
            f"queried state {attr.qp_state} sq_draining {attr.sq_draining}, want SQD, 0")
-    wr = SendWR(wr_id=5, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[SGE(local.buf, 64, local.lkey)],
-                send_flags=e.IBV_SEND_SIGNALED)
-    wr.set_wr_rdma(remote.rkey, remote.buf)
-    a.qp.post_send(wr)
+    a.start(e.IBV_WR_RDMA_WRITE, [SGE(local.buf, 64, local.lkey)], remote.rkey, remote.buf, wr_id=5)
     time.sleep(2)
     expect(remote.read(64, 0) == bytes([GUARD]) * 64, "a WRITE posted in SQD was executed")
     n, _ = a.cq.poll(1)

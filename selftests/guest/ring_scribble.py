@@ -10,17 +10,14 @@ Usage: ring_scribble.py DEVICE [CHECK...]   prints "ok NAME" or "not ok NAME: wh
 """
 import ctypes
 import sys
-import threading
-import time
 from types import SimpleNamespace
 
 from pyverbs.qp import QPAttr
-from pyverbs.wr import RecvWR, SGE, SendWR
+from pyverbs.wr import RecvWR, SGE
 import pyverbs.enums as e
 
-from rdma_data import (GUARD, Failed, Side, expect, expect_status, pattern, read_into_sge_list, run_checks,
-                       send_between_sge_lists)
-from verbs import ipv4_gid_index
+from rdma_data import (GUARD, Side, connected, expect, expect_status, pattern, read_into_sge_list, run_checks,
+                       send_between_sge_lists, wait_event)
 
 # The ring layout of uapi/src/ring.rs and the WQE layouts of uapi/src/wqe.rs (checked there).
 PRODUCER, CONSUMER, SLOT0 = 0, 64, 128
@@ -50,16 +47,13 @@ def uverbs_mappings():
 def scribble_pair(ctx):
     """Two connected sides whose rings are located: `side.rings` has the addresses of its SQ,
     RQ and CQ. Each side has one receive posted (wr_id PROBE_WR_ID, into `side.probe`)."""
-    gid_index, gid = ipv4_gid_index(ctx)
     sides, mappings = [], []
     for _ in range(2):
         before = uverbs_mappings()
         # A CQ far larger than the SQ and RQ: its ring is the largest new mapping.
         sides.append(Side(ctx, cqe=1024))
         mappings.append({a: n for a, n in uverbs_mappings().items() if a not in before})
-    a, b = sides
-    a.connect(b.qp.qp_num, gid_index, gid)
-    b.connect(a.qp.qp_num, gid_index, gid)
+    a, b = connected(ctx, *sides)
     for side, new in zip(sides, mappings):
         expect(len(new) == 3, f"{len(new)} new uverbs mappings for a CQ and a QP, want 3")
         cq = max(new, key=new.get)
@@ -73,33 +67,14 @@ def scribble_pair(ctx):
     return a, b
 
 
-def wait_event(ctx, want, timeout=30):
-    """Waits for async event `want`, acknowledging every event that comes before it."""
-    deadline = time.time() + timeout
-    seen = []
-    while time.time() < deadline:
-        got = []
-        waiter = threading.Thread(target=lambda: got.append(ctx.get_async_event()), daemon=True)
-        waiter.start()
-        waiter.join(max(deadline - time.time(), 0.1))
-        if not got:
-            break
-        got[0].ack()
-        if got[0].event_type == want:
-            return
-        seen.append(got[0].event_type)
-    raise Failed(f"no async event {want} in {timeout} s (got {seen})")
-
-
 def qp_state(side):
     attr, _ = side.qp.query(e.IBV_QP_STATE)
     return attr.qp_state
 
 
 def send_64(side, wr_id=1):
-    src = side.mr(64)
-    src.write(pattern(64, wr_id), 64, 0)
-    return side.post(e.IBV_WR_SEND, [SGE(src.buf, 64, src.lkey)], wr_id=wr_id)
+    _src = side.start_data(e.IBV_WR_SEND, pattern(64, wr_id), wr_id=wr_id)
+    return side.completion(f"wr {wr_id}")
 
 
 def others_still_work(ctx):
@@ -114,13 +89,7 @@ def post_in_sqd(ctx, side, remote, data, wr_id):
     Returns the WRITE's source MR (keep it: the WRITE reads it once back in RTS)."""
     side.qp.modify(QPAttr(qp_state=e.IBV_QPS_SQD), e.IBV_QP_STATE)
     wait_event(ctx, e.IBV_EVENT_SQ_DRAINED)
-    local = side.mr(len(data))
-    local.write(data, len(data), 0)
-    wr = SendWR(wr_id=wr_id, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[SGE(local.buf, len(data), local.lkey)],
-                send_flags=e.IBV_SEND_SIGNALED)
-    wr.set_wr_rdma(remote.rkey, remote.buf)
-    side.qp.post_send(wr)
-    return local
+    return side.start_data(e.IBV_WR_RDMA_WRITE, data, remote, wr_id)
 
 
 def rq_indices_scribbled(ctx):
@@ -189,12 +158,7 @@ def cq_indices_scribbled(ctx):
     a, b = scribble_pair(ctx)
     u32(a.rings.cq + CONSUMER).value += BROKEN
     data = pattern(64, 5)
-    local = a.mr(64)
-    local.write(data, 64, 0)
-    wr = SendWR(wr_id=7, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[SGE(local.buf, 64, local.lkey)],
-                send_flags=e.IBV_SEND_SIGNALED)
-    wr.set_wr_rdma(b.probe.rkey, b.probe.buf)
-    a.qp.post_send(wr)
+    _src = a.start_data(e.IBV_WR_RDMA_WRITE, data, b.probe, wr_id=7)
     wait_event(ctx, e.IBV_EVENT_CQ_ERR)
     expect(b.probe.read(64, 0) == data, "the WRITE whose completion overflowed did not land")
     others_still_work(ctx)
