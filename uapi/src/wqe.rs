@@ -130,12 +130,17 @@ pub const fn recv_wqe_bytes(max_sge: u32) -> usize {
     core::mem::size_of::<RecvWqe>() + max_sge as usize * core::mem::size_of::<Sge>()
 }
 
+// The layout user space depends on (selftests/guest/ring_scribble.py writes to these offsets too).
 const _: () = {
     use core::mem::{offset_of, size_of};
     assert!(size_of::<Sge>() == 16);
     assert!(size_of::<SendWqe>() == 64);
+    assert!(offset_of!(SendWqe, opcode) == 8);
+    assert!(offset_of!(SendWqe, num_sge) == 16);
     assert!(offset_of!(SendWqe, remote_addr) == 32);
+    assert!(offset_of!(SendWqe, rkey) == 40);
     assert!(size_of::<RecvWqe>() == 16);
+    assert!(offset_of!(RecvWqe, num_sge) == 8);
     assert!(size_of::<Cqe>() == 48);
     assert!(offset_of!(Cqe, imm_data) == 24);
     assert!(offset_of!(Cqe, wc_flags) == 36);
