@@ -22,13 +22,19 @@ use crate::{
         ib::{DeviceLink, QpLinks},
         lock::{new_spinlock_bh, SpinLockBh},
         timer::{Timer, TimerOwner},
+        work,
     },
     proto::wire::qp_source_port,
     requester::{self, Requester, RunEnd},
     responder::{self, Responder},
     uapi::wc_status,
 };
-use kernel::{prelude::*, sync::Arc};
+use kernel::{
+    new_work,
+    prelude::*,
+    sync::Arc,
+    workqueue::{self, impl_has_work, Work, WorkItem},
+};
 
 /// `enum ib_qp_state` values.
 #[allow(missing_docs)]
@@ -113,6 +119,9 @@ pub(crate) struct QpInner {
     /// Retransmission and RNR timer (first, so that it is shut down before anything else goes).
     #[pin]
     timer: Timer<QpInner>,
+    /// Sends the READ responses the responder owes (see `schedule_read_replies`).
+    #[pin]
+    read_work: Work<QpInner>,
     /// The device (for the timer, which has no other way to it).
     dev: DeviceLink<RxeDevice>,
     /// UDP source port of its packets.
@@ -206,11 +215,12 @@ impl QpInner {
             sq_draining: false,
         };
         let req = Requester::new(sq_geometry.slots(), init.cap.max_send_sge, init.cap.max_inline_data)?;
-        let qp_state = QpState { attrs, req, resp: Responder::default() };
+        let qp_state = QpState { attrs, req, resp: Responder::new()? };
         let caps = init.cap;
         let sq_sig_all = init.sq_sig_type == bindings::ib_sig_type_IB_SIGNAL_ALL_WR;
         Ok(try_pin_init!(Self {
             timer <- Timer::new(),
+            read_work <- new_work!("QpInner::read_work"),
             dev,
             sport: qp_source_port(qpn),
             qpn,
@@ -320,7 +330,7 @@ impl QpInner {
         if next == state::RESET && cur != state::RESET {
             // Back to the creation state: the rings start over (the provider resets its side).
             s.req.reset();
-            s.resp = Responder::default();
+            s.resp.reset();
             self.sq.store(RingIndex::Consumer, 0);
             self.rq.store(RingIndex::Consumer, 0);
         }
@@ -418,6 +428,7 @@ impl QpInner {
         s.req.timer_armed = false;
         s.req.rnr_wait = false;
         self.timer.cancel();
+        s.resp.stop();
         self.flush_sq(s);
         responder::flush_rq(self, s);
     }
@@ -449,10 +460,37 @@ impl QpInner {
 
     /// Destroy: after this the datapath leaves the QP alone (every entry to it takes the lock
     /// and finds it in RESET), so the core may free it and its CQs may go. Then stops the timer
-    /// for good and waits for it. Process context.
+    /// for good and waits for both it and the work item. Process context.
     pub(crate) fn detach(&self) {
-        self.state.lock().attrs.state = state::RESET;
+        {
+            let mut s = self.state.lock();
+            s.attrs.state = state::RESET;
+            s.resp.stop();
+        }
         self.timer.shutdown();
+        // The work item is only queued under the lock outside RESET: this waits for the last
+        // time it was, and it finds RESET and leaves.
+        work::flush(&self.read_work);
+    }
+}
+
+/// Makes sure the QP's work item runs to send the READ responses owed; call under the QP's
+/// lock, outside RESET (which `detach` relies on).
+pub(crate) fn schedule_read_replies(qp: &Arc<QpInner>) {
+    // Unbound: a large READ keeps it busy for a while, and any CPU may do that. Already
+    // queued: that run sends these too.
+    let _ = workqueue::system_unbound().enqueue(qp.clone());
+}
+
+impl_has_work! {
+    impl HasWork<Self> for QpInner { self.read_work }
+}
+
+impl WorkItem for QpInner {
+    type Pointer = Arc<QpInner>;
+
+    fn run(this: Arc<QpInner>) {
+        responder::send_read_replies(this.dev.get(), &this);
     }
 }
 

@@ -3,6 +3,13 @@
 //! WQE; RDMA WRITEs land in the MR their R_Key names; RDMA READs are answered with response
 //! packets. It acknowledges what the requester asks it to, answers duplicates again, and NAKs
 //! gaps (once per gap), missing receive WQEs (RNR), bad keys and malformed requests.
+//!
+//! Requests are handled in the receive softirq, except READ responses: a READ is queued and
+//! its responses sent a batch at a time by the QP's work item, so that a large READ never
+//! keeps a CPU in softirq. ACKs and NAKs due meanwhile wait for the queued responses, to keep
+//! PSN order on the wire.
+
+use kernel::{prelude::*, sync::Arc};
 
 use crate::{
     counters::Counter,
@@ -19,11 +26,12 @@ use crate::{
         opcode::Opcode,
         packet::Datagram,
         psn::Psn,
+        read_reply::{ReadReplies, ReadReply, Response, MAX_READ_REPLIES},
         responder::{ResponderSeq, Verdict},
-        segment::{packet_count, read_response_opcode},
+        segment::packet_count,
         wire::Frame,
     },
-    qp::{state, QpInner, QpState},
+    qp::{self, state, QpInner, QpState},
     requester::bth,
     transmit::Transmitter,
     uapi::{wc_flags, wc_opcode, wc_status, Cqe, RecvWqe, Sge},
@@ -49,8 +57,11 @@ pub(crate) struct WriteInProgress {
     dma_len: u32,
 }
 
+/// READ responses sent per run of the QP's work item: it queues itself again for more, so
+/// that other work (and other QPs) get a turn.
+const READ_RESPONSES_PER_RUN: u32 = 64;
+
 /// Receive-side state of a QP.
-#[derive(Default)]
 pub(crate) struct Responder {
     pub(crate) seq: ResponderSeq,
     /// The receive WQE a SEND is filling.
@@ -61,15 +72,46 @@ pub(crate) struct Responder {
     pub(crate) rq_consumer: u32,
     /// A sequence NAK went out for the current expected PSN: do not repeat it per packet.
     pub(crate) nak_sent: bool,
+    /// READ responses still to send, in PSN order.
+    reads: ReadReplies<KVec<ReadReply>>,
+    /// The ACK or NAK to send once `reads` is empty (the latest supersedes earlier ones).
+    deferred_ack: Option<(Syndrome, Psn)>,
 }
 
 impl Responder {
+    /// A responder in RESET (allocates its READ reply slots).
+    pub(crate) fn new() -> Result<Self> {
+        let slots = KVec::from_elem(ReadReply::default(), MAX_READ_REPLIES, GFP_KERNEL)?;
+        Ok(Self {
+            seq: ResponderSeq::default(),
+            recv: None,
+            write: None,
+            rq_consumer: 0,
+            nak_sent: false,
+            reads: ReadReplies::new(slots),
+            deferred_ack: None,
+        })
+    }
+
     /// Ready to receive at `epsn` (move to RTR).
     pub(crate) fn start(&mut self, epsn: Psn) {
+        self.stop();
         self.seq = ResponderSeq { epsn, ..Default::default() };
         self.recv = None;
         self.write = None;
         self.nak_sent = false;
+    }
+
+    /// Back to the creation state (RESET: the RQ starts over).
+    pub(crate) fn reset(&mut self) {
+        self.start(Psn::new(0));
+        self.rq_consumer = 0;
+    }
+
+    /// Nothing more goes out (the QP leaves the states that answer).
+    pub(crate) fn stop(&mut self) {
+        self.reads.clear();
+        self.deferred_ack = None;
     }
 }
 
@@ -180,8 +222,17 @@ pub(crate) fn flush_rq(qp: &QpInner, s: &mut QpState) {
     }
 }
 
-/// Sends an ACK or NAK for `psn`.
-fn send_ack(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpState, syndrome: Syndrome, psn: Psn) {
+/// Sends an ACK or NAK for `psn`, after the READ responses still owed.
+fn send_ack(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, syndrome: Syndrome, psn: Psn) {
+    if s.resp.reads.is_empty() {
+        send_ack_now(dev, qp, s, syndrome, psn);
+    } else {
+        s.resp.deferred_ack = Some((syndrome, psn));
+    }
+}
+
+/// Sends an ACK or NAK for `psn` right away.
+fn send_ack_now(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpState, syndrome: Syndrome, psn: Psn) {
     let Some(av) = s.attrs.av else { return };
     let Some(tx) = Transmitter::new(dev, &av) else { return };
     let frame = Frame {
@@ -197,39 +248,75 @@ fn send_ack(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpState, syndrome: Syndro
     let _ = tx.send(&frame, |_| Ok(()));
 }
 
-/// Answers an RDMA READ request at `psn` for `reth` with its response packets.
-fn read_reply(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpState, reth: &Reth, psn: Psn) {
-    let Some(av) = s.attrs.av else { return };
-    let Some(tx) = Transmitter::new(dev, &av) else { return };
-    let mtu = s.attrs.path_mtu.bytes();
-    let count = packet_count(reth.dma_len, s.attrs.path_mtu);
-    for i in 0..count {
-        let opcode = read_response_opcode(i, count);
-        let offset = i * mtu;
-        let len = (reth.dma_len - offset).min(mtu);
-        let last = i + 1 == count;
-        let info = opcode.info();
-        // MSN: the READ counts as completed with its last response.
-        let msn = if last { (s.resp.seq.msn + 1) & crate::proto::psn::PSN_MASK } else { s.resp.seq.msn };
-        let frame = Frame {
-            av,
-            sport: qp.sport,
-            bth: bth(opcode.0, s.attrs.dest_qpn, psn.add(i), false, false),
-            reth: None,
-            aeth: info.is_some_and(|i| i.aeth).then_some(Aeth { syndrome: Syndrome::Ack { credits: AETH_NO_CREDITS }, msn }),
-            immdt: None,
-            payload_len: len,
+/// Queues the responses to a READ request at `psn` (`repeated`: asked for again) and makes
+/// sure the QP's work item runs to send them.
+fn queue_read(qp: &Arc<QpInner>, s: &mut QpState, reth: &Reth, psn: Psn, repeated: bool) -> core::result::Result<(), Failure> {
+    let mtu = s.attrs.path_mtu;
+    let reply = ReadReply::new(reth.rkey, reth.va, reth.dma_len, psn, s.resp.seq.msn, mtu);
+    let queued = if repeated { s.resp.reads.repeat(reply, mtu) } else { s.resp.reads.push(reply) };
+    // Full only if the requester has more READs outstanding than `max_dest_rd_atomic`.
+    queued.map_err(|_| Failure::Invalid)?;
+    qp::schedule_read_replies(qp);
+    Ok(())
+}
+
+/// The QP's work item: sends a batch of the READ responses owed, then the ACK that waited for
+/// them, or queues itself again for the next batch.
+pub(crate) fn send_read_replies(dev: &Device<RxeDevice>, qp: &Arc<QpInner>) {
+    let mut guard = qp.state.lock();
+    let s = &mut *guard;
+    if s.attrs.state != state::RTR && s.attrs.state != state::RTS && s.attrs.state != state::SQD {
+        // Stopped meanwhile (`stop` emptied the queue).
+        return;
+    }
+    let mtu = s.attrs.path_mtu;
+    let tx = s.attrs.av.and_then(|av| Some((av, Transmitter::new(dev, &av)?)));
+    let mut budget = READ_RESPONSES_PER_RUN;
+    while budget > 0 {
+        let Some(reply) = s.resp.reads.front_mut() else { break };
+        let Some(response) = reply.next(mtu) else {
+            s.resp.reads.pop();
+            continue;
         };
-        let va = reth.va + u64::from(offset);
-        let result = tx.send(&frame, |out| {
-            let mr = dev.lookup_mr(reth.rkey).ok_or(wc_status::REM_ACCESS_ERR)?;
-            mr.read(qp.pd, va, out, access::REMOTE_READ).map_err(|_| wc_status::REM_ACCESS_ERR)
-        });
-        if result.is_err() {
-            // The requester asks again for what it misses.
-            return;
+        reply.sent_one();
+        let rkey = reply.rkey;
+        budget -= 1;
+        let Some((av, tx)) = &tx else {
+            // No route: nothing can go out now; the requester asks again.
+            continue;
+        };
+        if send_read_response(dev, qp, s, av, tx, rkey, &response).is_err() {
+            // The MR went away or the packet was dropped: the requester asks again for the
+            // rest, and finds out then.
+            s.resp.reads.pop();
         }
     }
+    if !s.resp.reads.is_empty() {
+        qp::schedule_read_replies(qp);
+    } else if let Some((syndrome, psn)) = s.resp.deferred_ack.take() {
+        send_ack_now(dev, qp, s, syndrome, psn);
+    }
+}
+
+/// Sends one READ response packet, its payload read from the MR `rkey` names.
+fn send_read_response(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpState, av: &crate::proto::av::AddressVector, tx: &Transmitter<'_>, rkey: u32, r: &Response) -> core::result::Result<(), crate::transmit::TxError> {
+    let aeth = r.opcode.info().is_some_and(|i| i.aeth);
+    let frame = Frame {
+        av: *av,
+        sport: qp.sport,
+        bth: bth(r.opcode.0, s.attrs.dest_qpn, r.psn, false, false),
+        reth: None,
+        aeth: aeth.then_some(Aeth { syndrome: Syndrome::Ack { credits: AETH_NO_CREDITS }, msn: r.msn }),
+        immdt: None,
+        payload_len: r.len,
+    };
+    tx.send(&frame, |out| {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let mr = dev.lookup_mr(rkey).ok_or(wc_status::REM_ACCESS_ERR)?;
+        mr.read(qp.pd, r.va, out, access::REMOTE_READ).map_err(|_| wc_status::REM_ACCESS_ERR)
+    })
 }
 
 /// Checks that `reth` names `len` bytes of an MR of ours the peer may access with `rights`.
@@ -245,7 +332,7 @@ fn check_remote(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpState, reth: &Reth,
 }
 
 /// Handles one valid request packet for `qp`, in softirq; returns the counter it moves.
-pub(crate) fn handle_request(dev: &Device<RxeDevice>, qp: &QpInner, d: &Datagram<'_>) -> Counter {
+pub(crate) fn handle_request(dev: &Device<RxeDevice>, qp: &Arc<QpInner>, d: &Datagram<'_>) -> Counter {
     let mut guard = qp.state.lock();
     let s = &mut *guard;
     if s.attrs.state != state::RTR && s.attrs.state != state::RTS && s.attrs.state != state::SQD {
@@ -283,10 +370,9 @@ pub(crate) fn handle_request(dev: &Device<RxeDevice>, qp: &QpInner, d: &Datagram
     } else if d.info.is_write {
         execute_write(dev, qp, s, d, reth, imm)
     } else if let Some(reth) = reth.filter(|_| d.info.is_read) {
-        check_remote(dev, qp, s, &reth, access::REMOTE_READ).map(|()| {
-            read_reply(dev, qp, s, &reth, psn);
-            Outcome::Read(reth.dma_len)
-        })
+        check_remote(dev, qp, s, &reth, access::REMOTE_READ)
+            .and_then(|()| queue_read(qp, s, &reth, psn, false))
+            .map(|()| Outcome::Read(reth.dma_len))
     } else {
         Err(Failure::Invalid)
     };
@@ -320,7 +406,7 @@ pub(crate) fn handle_request(dev: &Device<RxeDevice>, qp: &QpInner, d: &Datagram
 enum Outcome {
     /// Executed: acknowledge if asked.
     Done,
-    /// An RDMA READ of this many bytes was answered.
+    /// An RDMA READ of this many bytes was queued for its responses.
     Read(u32),
     /// No receive WQE: an RNR NAK went back and the request was not executed.
     NotReady,
@@ -344,8 +430,9 @@ fn need_recv(qp: &QpInner, s: &mut QpState) -> core::result::Result<core::result
     }
 }
 
-fn rnr_nak(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpState, psn: Psn) {
-    send_ack(dev, qp, s, Syndrome::RnrNak { timer: s.attrs.min_rnr_timer }, psn);
+fn rnr_nak(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, psn: Psn) {
+    let timer = s.attrs.min_rnr_timer;
+    send_ack(dev, qp, s, Syndrome::RnrNak { timer }, psn);
 }
 
 fn execute_send(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, d: &Datagram<'_>, imm: Option<[u8; 4]>) -> Executed {
@@ -402,13 +489,15 @@ fn execute_write(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, d: &Dat
 
 /// A request we executed before: acknowledge it again, or for a READ, answer it again (the
 /// requester asks for what it lost, possibly from the middle of the responses).
-fn duplicate(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpState, d: &Datagram<'_>) {
+fn duplicate(dev: &Device<RxeDevice>, qp: &Arc<QpInner>, s: &mut QpState, d: &Datagram<'_>) {
     if d.info.is_read {
         if let Some(reth) = Reth::parse(d.ext_headers) {
             // Only PSNs a READ executed before took: the responses must not run past them.
             let end = d.bth.psn.add(packet_count(reth.dma_len, s.attrs.path_mtu));
             if end.diff(s.resp.seq.epsn) <= 0 && check_remote(dev, qp, s, &reth, access::REMOTE_READ).is_ok() {
-                read_reply(dev, qp, s, &reth, d.bth.psn);
+                // More repeats than slots cannot happen (a repeat replaces the tail); if it
+                // did, the requester would simply ask again.
+                let _ = queue_read(qp, s, &reth, d.bth.psn, true);
             }
         }
         return;
@@ -424,7 +513,8 @@ fn fail(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, f: Failure, psn:
         Failure::Local(wc_status::LOC_QP_OP_ERR) | Failure::BrokenRing => NakCode::RemoteOperationalError,
         Failure::Invalid | Failure::Local(_) => NakCode::InvalidRequest,
     };
-    send_ack(dev, qp, s, Syndrome::Nak(code), psn);
+    // The error state ends the QP's traffic: no reason to wait for READ responses.
+    send_ack_now(dev, qp, s, Syndrome::Nak(code), psn);
     if let Failure::BrokenRing = f {
         qp.fatal(s);
     } else {

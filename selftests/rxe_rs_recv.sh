@@ -8,7 +8,7 @@ DEV=rxers0
 here=$(dirname "$0")
 
 ktap_print_header
-ktap_set_plan 11
+ktap_set_plan 14
 reset_modules
 ip netns del rxpeer 2>/dev/null
 ip netns add rxpeer
@@ -75,6 +75,31 @@ check "a SEND without a posted receive counts in rcvd_rnr" wait_for 10 counter_i
 check "packets the responder took count in rcvd_pkts" test "$(counter rcvd_pkts)" -ge 5
 echo >&"${RECV2[1]}"
 reap "$RECV2_PID"
+
+# One READ request from the wire for 16 MiB: 16384 responses at MTU 1024. They go out from
+# process context a batch at a time, never as one burst in the receive softirq; with the soft
+# lockup watchdog at 2 s (watchdog_thresh 1) a CPU held that long shows in dmesg, which the
+# suite checks. A small READ after it is answered in order.
+READ_SIZE=$((16 << 20))
+# The responses go to the peer namespace, which drops them (no socket on 4791 there).
+peer_gid=0000:0000:0000:0000:0000:ffff:0a0b:0002
+coproc READER { /usr/bin/python3 -u "$here/guest/read_target.py" "$DEV" "$gid" "$peer_gid" "$READ_SIZE"; }
+read -r -t 300 read_qpn rkey va <&"${READER[0]}"
+thresh=$(cat /proc/sys/kernel/watchdog_thresh)
+echo 1 >/proc/sys/kernel/watchdog_thresh
+sent_before=$(counter sent_pkts)
+err_before=$(counter send_err)
+send "$read_qpn" "read:0:$va:$rkey:$READ_SIZE"
+all_sent() { (( $(counter sent_pkts) - sent_before == READ_SIZE / 1024 )); }
+# Polled every 2 s: each poll starts three processes, which is slow in a TCG guest.
+WAIT_FOR_INTERVAL=2 check "a 16 MiB READ request gets its 16384 responses" wait_for 300 all_sent
+send "$read_qpn" "read:$((READ_SIZE / 1024)):$va:$rkey:8"
+one_more() { (( $(counter sent_pkts) - sent_before == READ_SIZE / 1024 + 1 )); }
+check "a READ after it is answered too" wait_for 30 one_more
+check "no response failed to go out (send_err)" test "$(counter send_err)" = "$err_before"
+echo "$thresh" >/proc/sys/kernel/watchdog_thresh
+echo >&"${READER[1]}"
+reap "$READER_PID"
 
 before=$(( $(counter rcvd_malformed) + $(counter rcvd_icrc_err) ))
 send 0x123456 garbage 2000

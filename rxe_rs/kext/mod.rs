@@ -22,6 +22,7 @@ pub(crate) mod timer;
 pub(crate) mod uapi_bytes;
 pub(crate) mod udp_tunnel;
 pub(crate) mod umem;
+pub(crate) mod work;
 pub(crate) mod xmit;
 
 use kernel::{init::PinInit, prelude::*, types::Opaque};

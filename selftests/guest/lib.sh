@@ -3,13 +3,14 @@
 source "$KDIR/tools/testing/selftests/kselftest/ktap_helpers.sh"
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 
-# Polls COMMAND... until it succeeds or SECONDS run out (TCG guests are slow: be generous).
+# Polls COMMAND... until it succeeds or SECONDS run out (TCG guests are slow: be generous),
+# every WAIT_FOR_INTERVAL seconds (0.2).
 wait_for() {
 	local deadline=$((SECONDS + $1))
 	shift
 	until "$@"; do
 		((SECONDS < deadline)) || return 1
-		sleep 0.2
+		sleep "${WAIT_FOR_INTERVAL:-0.2}"
 	done
 }
 

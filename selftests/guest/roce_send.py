@@ -3,6 +3,7 @@
 Usage: roce_send.py SRC_IP DST_IP QPN KIND[,KIND...] [COUNT]
 KIND: valid | bad_icrc | truncated | bad_opcode | garbage
       | op:OPCODE:PSN:LEN:CHAR  (a well-formed packet: opcode, PSN, LEN bytes of CHAR)
+      | read:PSN:VA:RKEY:LEN    (an RDMA READ request for LEN bytes at VA under RKEY)
 Several comma-separated KINDs go out in order, COUNT times each (a Python start costs seconds
 in a TCG guest: batch what can be batched).
 """
@@ -38,6 +39,10 @@ def datagram(src, dst, qpn, opcode=0x04, payload=b"rxe_rs!!", psn=0):
 
 
 def packet(src, dst, qpn, kind, rng):
+    if kind.startswith("read:"):
+        psn, va, rkey, length = (int(x, 0) for x in kind.split(":")[1:])
+        reth = struct.pack("!QII", va, rkey, length)
+        return datagram(src, dst, qpn, opcode=0x0C, psn=psn, payload=reth)
     if kind.startswith("op:"):
         _, op, psn, length, char = kind.split(":")
         return datagram(src, dst, qpn, opcode=int(op, 0), psn=int(psn, 0), payload=char.encode() * int(length))

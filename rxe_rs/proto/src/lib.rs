@@ -13,6 +13,7 @@ pub mod mtu;
 pub mod opcode;
 pub mod packet;
 pub mod psn;
+pub mod read_reply;
 pub mod responder;
 pub mod segment;
 pub mod timers;

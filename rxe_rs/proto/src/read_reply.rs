@@ -1,0 +1,300 @@
+//! The RDMA READ responses a responder owes, in PSN order (IBA 9.7.5.1.3, 9.7.5.2.2).
+//!
+//! A READ request of up to 2 GiB asks for up to 2^19 response packets: far too many to send
+//! from the receive path in one go. The responder queues one [`ReadReply`] per accepted request
+//! and sends its packets a batch at a time from process context. Requests that arrive meanwhile
+//! are executed at once, but their ACKs wait until the queue is empty, so the requester sees
+//! responses in PSN order. A repeated (duplicate) READ request restarts the responses from its
+//! PSN: what the queue owes from that PSN on is replaced by it.
+
+use core::ops::DerefMut;
+
+use super::{
+    mtu::IbMtu,
+    opcode::Opcode,
+    psn::{Psn, PSN_MASK},
+    segment::{packet_count, read_response_opcode},
+};
+
+/// READ replies a QP must be able to owe at once: one per READ the requester may have
+/// outstanding (`max_dest_rd_atomic` <= 128), and one for a repeated request that replaces the
+/// tail.
+pub const MAX_READ_REPLIES: usize = 129;
+
+/// The responses owed for one READ request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ReadReply {
+    /// The R_Key the request named.
+    pub rkey: u32,
+    /// Virtual address of the first byte.
+    pub va: u64,
+    /// Bytes asked for.
+    pub len: u32,
+    /// PSN of the request (and of its first response).
+    pub psn: Psn,
+    /// The MSN before this READ completes (its last response carries one more).
+    pub msn: u32,
+    /// Responses sent so far.
+    sent: u32,
+    /// Responses to send (fewer than the request's when a repeated request took over the rest).
+    end: u32,
+}
+
+/// One response packet to build.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Response {
+    /// Its opcode (FIRST/MIDDLE/LAST/ONLY of the whole READ).
+    pub opcode: Opcode,
+    /// Its PSN.
+    pub psn: Psn,
+    /// Address of its payload.
+    pub va: u64,
+    /// Payload bytes.
+    pub len: u32,
+    /// The MSN its AETH carries, if it has one.
+    pub msn: u32,
+}
+
+impl ReadReply {
+    /// The responses to a READ request at `psn` for `len` bytes at `va`.
+    pub const fn new(rkey: u32, va: u64, len: u32, psn: Psn, msn: u32, mtu: IbMtu) -> Self {
+        Self { rkey, va, len, psn, msn, sent: 0, end: packet_count(len, mtu) }
+    }
+
+    /// PSNs (response packets) the request consumes.
+    pub const fn packets(&self, mtu: IbMtu) -> u32 {
+        packet_count(self.len, mtu)
+    }
+
+    /// The next response to send, if any.
+    pub const fn next(&self, mtu: IbMtu) -> Option<Response> {
+        if self.sent >= self.end {
+            return None;
+        }
+        let count = self.packets(mtu);
+        let i = self.sent;
+        let offset = i * mtu.bytes();
+        let len = if self.len - offset < mtu.bytes() { self.len - offset } else { mtu.bytes() };
+        let last = i + 1 == count;
+        Some(Response {
+            opcode: read_response_opcode(i, count),
+            psn: self.psn.add(i),
+            va: self.va + offset as u64,
+            len,
+            msn: if last { (self.msn + 1) & PSN_MASK } else { self.msn },
+        })
+    }
+
+    /// The response [`next`](Self::next) returned went out (or was lost: the requester asks
+    /// again for what it misses).
+    pub fn sent_one(&mut self) {
+        self.sent = (self.sent + 1).min(self.end);
+    }
+
+    /// Every response owed was sent.
+    pub const fn done(&self) -> bool {
+        self.sent >= self.end
+    }
+}
+
+/// The queue is full: the requester has more READs outstanding than it may.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Full;
+
+/// READ replies owed, oldest (lowest PSN) first, in a ring over the slots `S` (as many as the
+/// QP may owe; the kernel allocates them with the QP, tests use an array).
+#[derive(Debug)]
+pub struct ReadReplies<S> {
+    slots: S,
+    head: usize,
+    len: usize,
+}
+
+impl<S: DerefMut<Target = [ReadReply]>> ReadReplies<S> {
+    /// An empty queue over `slots`.
+    pub fn new(slots: S) -> Self {
+        Self { slots, head: 0, len: 0 }
+    }
+
+    /// Nothing is owed.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Replies owed.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    fn slot(&self, i: usize) -> usize {
+        (self.head + i) % self.slots.len()
+    }
+
+    /// Queues the reply to a new READ request (its PSN follows everything queued).
+    pub fn push(&mut self, reply: ReadReply) -> Result<(), Full> {
+        if self.len == self.slots.len() {
+            return Err(Full);
+        }
+        let tail = self.slot(self.len);
+        self.slots[tail] = reply;
+        self.len += 1;
+        Ok(())
+    }
+
+    /// Queues the reply to a repeated READ request: the requester asks again from its PSN, so
+    /// nothing queued from that PSN on is owed any more.
+    pub fn repeat(&mut self, reply: ReadReply, mtu: IbMtu) -> Result<(), Full> {
+        while self.len > 0 {
+            let last = self.slot(self.len - 1);
+            let queued = &mut self.slots[last];
+            let from = reply.psn.diff(queued.psn);
+            if from <= 0 {
+                // It starts at or after the repeat: dropped.
+                self.len -= 1;
+                continue;
+            }
+            // It starts before: it stops short of the repeat's PSN.
+            let stop = (from as u32).min(queued.packets(mtu));
+            queued.end = queued.end.min(stop);
+            if queued.done() {
+                self.len -= 1;
+            }
+            break;
+        }
+        self.push(reply)
+    }
+
+    /// The oldest reply, to send from.
+    pub fn front_mut(&mut self) -> Option<&mut ReadReply> {
+        if self.len == 0 {
+            return None;
+        }
+        let head = self.head;
+        Some(&mut self.slots[head])
+    }
+
+    /// Drops the oldest reply.
+    pub fn pop(&mut self) {
+        if self.len > 0 {
+            self.head = self.slot(1);
+            self.len -= 1;
+        }
+    }
+
+    /// Forgets everything owed (the QP left the states that answer).
+    pub fn clear(&mut self) {
+        self.head = 0;
+        self.len = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MTU: IbMtu = IbMtu::Mtu1024;
+
+    type Slots = [ReadReply; MAX_READ_REPLIES];
+
+    fn slots() -> Slots {
+        [ReadReply::default(); MAX_READ_REPLIES]
+    }
+
+    fn drain(r: &mut ReadReply) -> [Option<Response>; 4] {
+        core::array::from_fn(|_| {
+            let p = r.next(MTU);
+            r.sent_one();
+            p
+        })
+    }
+
+    #[test]
+    fn responses_cover_the_request_in_order() {
+        let mut r = ReadReply::new(7, 0x1000, 2 * 1024 + 5, Psn::new(0xff_ffff), 41, MTU);
+        let [a, b, c, none] = drain(&mut r);
+        let (a, b, c) = (a.unwrap(), b.unwrap(), c.unwrap());
+        assert_eq!(none, None);
+        assert!(r.done());
+        assert_eq!([a.opcode, b.opcode, c.opcode], [Opcode::RC_READ_RESPONSE_FIRST, Opcode::RC_READ_RESPONSE_MIDDLE, Opcode::RC_READ_RESPONSE_LAST]);
+        assert_eq!([a.psn.get(), b.psn.get(), c.psn.get()], [0xff_ffff, 0, 1], "PSNs wrap");
+        assert_eq!([a.va, b.va, c.va], [0x1000, 0x1400, 0x1800]);
+        assert_eq!([a.len, b.len, c.len], [1024, 1024, 5]);
+        assert_eq!([a.msn, c.msn], [41, 42], "the READ completes with its last response");
+    }
+
+    #[test]
+    fn a_zero_length_read_gets_one_empty_response() {
+        let mut r = ReadReply::new(0, 0, 0, Psn::new(3), PSN_MASK, MTU);
+        let [only, none, ..] = drain(&mut r);
+        let only = only.unwrap();
+        assert_eq!((only.opcode, only.len, only.msn), (Opcode::RC_READ_RESPONSE_ONLY, 0, 0));
+        assert_eq!(none, None);
+    }
+
+    #[test]
+    fn replies_leave_in_psn_order() {
+        let mut storage = slots();
+        let mut q = ReadReplies::new(&mut storage[..]);
+        q.push(ReadReply::new(1, 0, 1024, Psn::new(10), 0, MTU)).unwrap();
+        q.push(ReadReply::new(2, 0, 1024, Psn::new(11), 1, MTU)).unwrap();
+        assert_eq!(q.front_mut().unwrap().rkey, 1);
+        q.pop();
+        assert_eq!(q.front_mut().unwrap().rkey, 2);
+        q.pop();
+        assert!(q.is_empty() && q.front_mut().is_none());
+    }
+
+    #[test]
+    fn the_queue_holds_what_a_requester_may_have_outstanding() {
+        let mut storage = slots();
+        let mut q = ReadReplies::new(&mut storage[..]);
+        for i in 0..MAX_READ_REPLIES as u32 {
+            q.push(ReadReply::new(i, 0, 1, Psn::new(i), 0, MTU)).unwrap();
+            // Wrap the ring once on the way.
+            if i == 5 {
+                q.pop();
+                q.push(ReadReply::new(i, 0, 1, Psn::new(i), 0, MTU)).unwrap();
+            }
+        }
+        assert_eq!(q.push(ReadReply::new(0, 0, 1, Psn::new(0), 0, MTU)), Err(Full));
+        assert_eq!(q.len(), MAX_READ_REPLIES);
+    }
+
+    #[test]
+    fn a_repeated_request_replaces_what_is_owed_from_its_psn() {
+        let mut storage = slots();
+        let mut q = ReadReplies::new(&mut storage[..]);
+        // READ A: PSNs 100..104, 1 sent; READ B: PSNs 104..106.
+        q.push(ReadReply::new(1, 0, 4 * 1024, Psn::new(100), 0, MTU)).unwrap();
+        q.push(ReadReply::new(2, 0, 2 * 1024, Psn::new(104), 1, MTU)).unwrap();
+        q.front_mut().unwrap().sent_one();
+        // The requester asks again from PSN 102 (A's third response), for A's rest.
+        q.repeat(ReadReply::new(1, 0x800, 2 * 1024, Psn::new(102), 0, MTU), MTU).unwrap();
+        assert_eq!(q.len(), 2, "B is dropped, A stops before 102, the repeat follows");
+        let a = q.front_mut().unwrap();
+        let psns = [a.next(MTU).map(|p| p.psn.get()), { a.sent_one(); a.next(MTU).map(|p| p.psn.get()) }];
+        assert_eq!(psns, [Some(101), None]);
+        q.pop();
+        let again = q.front_mut().unwrap().next(MTU).unwrap();
+        assert_eq!((again.psn.get(), again.va, again.opcode), (102, 0x800, Opcode::RC_READ_RESPONSE_FIRST));
+    }
+
+    #[test]
+    fn a_repeat_of_the_oldest_psn_starts_over() {
+        let mut storage = slots();
+        let mut q = ReadReplies::new(&mut storage[..]);
+        q.push(ReadReply::new(1, 0, 4 * 1024, Psn::new(0xff_fffe), 0, MTU)).unwrap();
+        q.push(ReadReply::new(2, 0, 1024, Psn::new(2), 1, MTU)).unwrap();
+        q.repeat(ReadReply::new(1, 0, 4 * 1024, Psn::new(0xff_fffe), 0, MTU), MTU).unwrap();
+        assert_eq!(q.len(), 1);
+        // A repeat inside a reply already sent up to it leaves nothing of that reply.
+        let mut storage = slots();
+        let mut q = ReadReplies::new(&mut storage[..]);
+        q.push(ReadReply::new(1, 0, 4 * 1024, Psn::new(0), 0, MTU)).unwrap();
+        q.front_mut().unwrap().sent_one();
+        q.front_mut().unwrap().sent_one();
+        q.repeat(ReadReply::new(1, 0x400, 3 * 1024, Psn::new(1), 0, MTU), MTU).unwrap();
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.front_mut().unwrap().next(MTU).unwrap().psn.get(), 1);
+    }
+}

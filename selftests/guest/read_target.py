@@ -1,0 +1,29 @@
+"""Holds an RC QP in RTR (rq_psn 0) that lets the peer RDMA READ an MR of SIZE bytes, for
+crafted READ requests to ask; its responses go to DGID.
+
+Usage: read_target.py DEV GID_INDEX DGID SIZE
+Prints "QPN RKEY ADDR", then waits for a line on stdin (the test is done) and exits.
+"""
+import sys
+
+from pyverbs.mr import MR
+import pyverbs.enums as e
+
+from recv_target import rtr_qp
+
+
+def main():
+    dev, gid_index, dgid, size = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+    mrs = []
+
+    def post(qp, pd):
+        mrs.append(MR(pd, size, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ))
+
+    objects = rtr_qp(dev, gid_index, post, access=e.IBV_ACCESS_REMOTE_READ, dgid=dgid)
+    qp, mr = objects[3], mrs[0]
+    print(qp.qp_num, mr.rkey, mr.buf, flush=True)
+    sys.stdin.readline()
+
+
+if __name__ == "__main__":
+    main()
