@@ -22,6 +22,7 @@ use crate::{
     limits,
     mr::AccessError,
     proto::{
+        av::AddressVector,
         headers::{Aeth, NakCode, Reth, Syndrome, AETH_NO_CREDITS},
         opcode::Opcode,
         packet::Datagram,
@@ -33,7 +34,7 @@ use crate::{
     },
     qp::{self, state, QpInner, QpState},
     requester::bth,
-    transmit::Transmitter,
+    transmit::{Transmitter, TxError},
     uapi::{wc_flags, wc_opcode, wc_status, Cqe, RecvWqe, Sge},
 };
 
@@ -270,7 +271,11 @@ pub(crate) fn send_read_replies(dev: &Device<RxeDevice>, qp: &Arc<QpInner>) {
         return;
     }
     let mtu = s.attrs.path_mtu;
-    let tx = s.attrs.av.and_then(|av| Some((av, Transmitter::new(dev, &av)?)));
+    let Some((av, tx)) = s.attrs.av.and_then(|av| Some((av, Transmitter::new(dev, &av)?))) else {
+        // No route to the requester (counted): it asks again once there is one.
+        s.resp.stop();
+        return;
+    };
     let mut budget = READ_RESPONSES_PER_RUN;
     while budget > 0 {
         let Some(reply) = s.resp.reads.front_mut() else { break };
@@ -281,11 +286,7 @@ pub(crate) fn send_read_replies(dev: &Device<RxeDevice>, qp: &Arc<QpInner>) {
         reply.sent_one();
         let rkey = reply.rkey;
         budget -= 1;
-        let Some((av, tx)) = &tx else {
-            // No route: nothing can go out now; the requester asks again.
-            continue;
-        };
-        if send_read_response(dev, qp, s, av, tx, rkey, &response).is_err() {
+        if send_read_response(dev, qp, s, &av, &tx, rkey, &response).is_err() {
             // The MR went away or the packet was dropped: the requester asks again for the
             // rest, and finds out then.
             s.resp.reads.pop();
@@ -299,7 +300,7 @@ pub(crate) fn send_read_replies(dev: &Device<RxeDevice>, qp: &Arc<QpInner>) {
 }
 
 /// Sends one READ response packet, its payload read from the MR `rkey` names.
-fn send_read_response(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpState, av: &crate::proto::av::AddressVector, tx: &Transmitter<'_>, rkey: u32, r: &Response) -> core::result::Result<(), crate::transmit::TxError> {
+fn send_read_response(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpState, av: &AddressVector, tx: &Transmitter<'_>, rkey: u32, r: &Response) -> core::result::Result<(), TxError> {
     let aeth = r.opcode.info().is_some_and(|i| i.aeth);
     let frame = Frame {
         av: *av,
