@@ -59,14 +59,17 @@ pair_barrier tcp
 if [[ $PAIR_ROLE == a ]]; then
 	timeout 90 iperf3 -s -1 >"$PAIR_RESULTS/iperf3-server.log" 2>&1
 else
-	# Retried while the server is not listening yet; the last attempt stays in iperf3-client.log (.err).
+	# Retried while the server is not listening yet: an attempt counts only if its JSON has a
+	# result (iperf3 -J has exited 0 with "connection refused" in it). The last attempt stays
+	# in iperf3-client.log (.err).
 	for _ in $(seq 30); do
-		out=$(timeout 60 iperf3 -c "$PAIR_PEER_IP" -t 5 -J 2>"$PAIR_RESULTS/iperf3-client.err") && break
+		out=$(timeout 60 iperf3 -c "$PAIR_PEER_IP" -t 5 -J 2>"$PAIR_RESULTS/iperf3-client.err")
+		bps=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"])' <<<"$out" 2>/dev/null)
+		[[ -n $bps ]] && break
 		sleep 1
 	done
 	echo "$out" >"$PAIR_RESULTS/iperf3-client.log"
 	# No row when it failed: the report shows "-" and `make bench` fails, rather than a 0.
-	bps=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"])' <<<"$out" 2>/dev/null)
 	if [[ -n $bps ]]; then
 		awk -v b="$bps" 'BEGIN { printf "tcp,iperf3,131072,MB/s,%.2f\n", b / 8e6 }' >>"$CSV"
 	else
