@@ -249,6 +249,11 @@ fn send_ack_now(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpState, syndrome: Sy
     let _ = tx.send(&frame, |_| Ok(()));
 }
 
+/// The QP is in a state that executes and answers requests (RTR, RTS, SQD).
+fn answers_requests(s: &QpState) -> bool {
+    matches!(s.attrs.state, state::RTR | state::RTS | state::SQD)
+}
+
 /// Queues the responses to a READ request at `psn` (`repeated`: asked for again) and makes
 /// sure the QP's work item runs to send them.
 fn queue_read(qp: &Arc<QpInner>, s: &mut QpState, reth: &Reth, psn: Psn, repeated: bool) -> core::result::Result<(), Failure> {
@@ -266,7 +271,7 @@ fn queue_read(qp: &Arc<QpInner>, s: &mut QpState, reth: &Reth, psn: Psn, repeate
 pub(crate) fn send_read_replies(dev: &Device<RxeDevice>, qp: &Arc<QpInner>) {
     let mut guard = qp.state.lock();
     let s = &mut *guard;
-    if s.attrs.state != state::RTR && s.attrs.state != state::RTS && s.attrs.state != state::SQD {
+    if !answers_requests(s) {
         // Stopped meanwhile (`stop` emptied the queue).
         return;
     }
@@ -336,7 +341,7 @@ fn check_remote(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpState, reth: &Reth,
 pub(crate) fn handle_request(dev: &Device<RxeDevice>, qp: &Arc<QpInner>, d: &Datagram<'_>) -> Counter {
     let mut guard = qp.state.lock();
     let s = &mut *guard;
-    if s.attrs.state != state::RTR && s.attrs.state != state::RTS && s.attrs.state != state::SQD {
+    if !answers_requests(s) {
         return Counter::RcvdQpNotReady;
     }
     if d.info.ieth || d.info.atomic_eth {

@@ -14,13 +14,8 @@ from recv_target import rtr_qp
 
 def main():
     dev, gid_index, dgid, size = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-    mrs = []
-
-    def post(qp, pd):
-        mrs.append(MR(pd, size, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ))
-
-    objects = rtr_qp(dev, gid_index, post, access=e.IBV_ACCESS_REMOTE_READ, dgid=dgid)
-    qp, mr = objects[3], mrs[0]
+    ctx, pd, cq, qp = rtr_qp(dev, gid_index, access=e.IBV_ACCESS_REMOTE_READ, dgid=dgid)
+    mr = MR(pd, size, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ)
     print(qp.qp_num, mr.rkey, mr.buf, flush=True)
     sys.stdin.readline()
 
