@@ -29,18 +29,14 @@ record() {
 bench_case() {
 	local stack=$1 test=$2 size=$3
 	shift 3
-	pair_barrier "$stack-$test-$size" || return 1
-	if [[ $PAIR_ROLE == a ]]; then
-		pair_server "$test" -d "$DEV" -x "$GID" -F -s "$size" "$@"
-	else
-		pair_client "$test" -d "$DEV" -x "$GID" -F -s "$size" "$@" "$PAIR_PEER_IP" && record "$stack" "$test" "$size"
-	fi
+	pair_exchange "$stack-$test-$size" "$test" -d "$DEV" -x "$GID" -F -s "$size" "$@" || return 1
+	[[ $PAIR_ROLE == a ]] || record "$stack" "$test" "$size"
 }
 
 pair_link
 pair_wait_peer 900 || echo "# the peer never answered ping"
 for stack in rxe_rs rdma_rxe; do
-	pair_barrier "$stack-up" && pair_stack_up "$stack" || { echo "# $stack did not come up"; continue; }
+	pair_barrier "$stack-start" && pair_stack_up_both "$stack" "$stack" || { echo "# $stack did not come up on both guests"; continue; }
 	for test in ib_send_bw ib_write_bw ib_read_bw; do
 		for size in $BW_SIZES; do
 			bench_case "$stack" "$test" "$size" -D 3

@@ -41,10 +41,18 @@ count() {
 	done
 }
 
+# The guest writes its log into the results directory too (run-suite.sh): that copy is counted,
+# the console is shown live. If the console's copy is lost, the log is shown at the end.
 log=$results/selftests-vm.log
+rm -f "$log"
 echo "selftests: booting a VM for ${#single_vm_tests[@]} test script(s); log: $log"
-"$RXE_RS_ROOT/scripts/vm.sh" --name rxe-selftest -- \
-	bash "$here/guest/run-suite.sh" "${single_vm_tests[@]}" 2>&1 | tee "$log"
+"$RXE_RS_ROOT/scripts/vm.sh" --name rxe-selftest --rwdir "$results" -- \
+	env RXE_RS_SUITE_LOG="$log" bash "$here/guest/run-suite.sh" "${single_vm_tests[@]}" 2>&1 |
+	tee "$results/selftests-vm.console"
+if [[ -e $log ]] && ! grep -q '^# suite:' "$results/selftests-vm.console"; then
+	echo "selftests: the guest's console output was lost; its log:"
+	cat "$log"
+fi
 count "$log" "${single_vm_tests[@]}"
 
 if ((${#pair_tests[@]})); then
@@ -52,11 +60,17 @@ if ((${#pair_tests[@]})); then
 	rm -rf "$pair_dir"
 	echo "selftests: booting two VMs for ${#pair_tests[@]} pair test script(s); logs: $pair_dir"
 	"$RXE_RS_ROOT/scripts/vm-pair.sh" --timeout 3000 "$pair_dir" \
-		-- env RXE_RS_TEST_TIMEOUT=2700 bash "$here/guest/run-suite.sh" "${pair_tests[@]}" \
-		-- env RXE_RS_TEST_TIMEOUT=2700 bash "$here/guest/run-suite.sh" "${pair_tests[@]}"
+		-- env RXE_RS_TEST_TIMEOUT=2700 RXE_RS_SUITE_LOG="$pair_dir/suite-a.log" \
+		bash "$here/guest/run-suite.sh" "${pair_tests[@]}" \
+		-- env RXE_RS_TEST_TIMEOUT=2700 RXE_RS_SUITE_LOG="$pair_dir/suite-b.log" \
+		bash "$here/guest/run-suite.sh" "${pair_tests[@]}"
 	for role in a b; do
-		sed "s/^/[$role] /" "$pair_dir/vm-$role.log"
-		count "$pair_dir/vm-$role.log" "${pair_tests[@]}"
+		log=$pair_dir/suite-$role.log
+		# No log: the script never started; the console (vm-X.log) says why.
+		[[ -e $log ]] || log=$pair_dir/vm-$role.log
+		sed "s/^/[$role] /" "$log"
+		grep -q '^# suite: done' "$log" || tail -n 3 "$pair_dir/vm-$role.log" | sed "s/^/[$role console] /"
+		count "$log" "${pair_tests[@]}"
 	done
 fi
 echo "selftests: $passed passed, $failed failed, $skipped skipped"

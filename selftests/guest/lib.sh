@@ -56,6 +56,7 @@ gid_index() {
 	[[ -n $f ]] && echo "${f##*/}"
 }
 module_loaded() { [[ -d /sys/module/$1 ]]; }
+unload() { modprobe -r "$1" 2>/dev/null; ! module_loaded "$1"; }
 
 # Unloads rxe_rs (and rdma_rxe) so a test starts from nothing.
 reset_modules() {
@@ -63,23 +64,34 @@ reset_modules() {
 	for dev in /sys/class/infiniband/*; do
 		[[ -e $dev ]] && rdma link delete "$(basename "$dev")" 2>/dev/null
 	done
-	modprobe -r rxe_rs 2>/dev/null || true
-	modprobe -r rdma_rxe 2>/dev/null || true
+	# Both drivers bind UDP 4791 when they load, so one left loaded keeps the other from loading.
+	# Unloading fails while anything still holds the module: try again for a while, and say so
+	# if it stays.
+	local m
+	for m in rxe_rs rdma_rxe; do
+		module_loaded "$m" || continue
+		wait_for 60 unload "$m" ||
+			echo "# reset: $m stays loaded (refcnt $(cat "/sys/module/$m/refcnt"), holders: $(ls "/sys/module/$m/holders"))"
+	done
+	[[ -z $(ls /sys/class/infiniband 2>/dev/null) ]] || echo "# reset: ib devices left: $(ls /sys/class/infiniband)"
 	ip link del veth0 2>/dev/null || true
 	ip link del veth2 2>/dev/null || true
 }
 
 # One KTAP result: "description" COMMAND... (ktap_test_result splits arguments; this does not).
 # Slow checks (over 20 s, setup since the previous check included) say how long they took.
+# Returns the command's status.
 check() {
-	local description=$1
+	local description=$1 rc=0
 	shift
 	if "$@"; then
 		ktap_test_pass "$description"
 	else
+		rc=1
 		ktap_test_fail "$description"
 	fi
 	local took=$((SECONDS - ${CHECK_MARK:-0}))
 	((took > 20)) && echo "# ($took s)"
 	CHECK_MARK=$SECONDS
+	return $rc
 }

@@ -56,39 +56,101 @@ pair_barrier() {
 
 # Brings up STACK (rxe_rs or rdma_rxe) on the link; sets DEV and GID.
 pair_stack_up() {
+	local t0=$SECONDS
 	reset_modules
-	local type=rxe_rs
+	local type=rxe_rs t1=$SECONDS
 	DEV=rxers0
 	[[ $1 == rdma_rxe ]] && type=rxe DEV=rxe0
-	rdma link add "$DEV" type "$type" netdev "$PAIR_DEV" || return 1
-	wait_for 30 ipv4_gid_index "$DEV" >/dev/null || return 1
-	GID=$(ipv4_gid_index "$DEV")
-}
-
-# Runs a client (COMMAND... SERVER_IP), retrying while the server is not listening yet. Its
-# output goes to PAIR_OUT and is appended to $PAIR_RESULTS/$PAIR_ROLE.out; the tail is shown.
-pair_client() {
-	local i rc
-	for i in $(seq 60); do
-		PAIR_OUT=$(timeout "${PAIR_CASE_TIMEOUT:-150}" "$@" 2>&1)
-		rc=$?
-		if grep -qiE "couldn't connect|unable to connect|connection refused" <<<"$PAIR_OUT"; then
-			sleep 1
-			continue
-		fi
-		echo "$PAIR_OUT" | tail -4 | sed 's/^/# /'
-		echo "$PAIR_OUT" >>"$PAIR_RESULTS/$PAIR_ROLE.out"
-		return $rc
-	done
+	GID=
+	if ! rdma link add "$DEV" type "$type" netdev "$PAIR_DEV"; then
+		echo "# rdma link add $DEV type $type failed; RDMA drivers loaded: $(for m in rxe_rs rdma_rxe; do module_loaded $m && echo -n "$m "; done)"
+	elif ! wait_for 120 ipv4_gid_index "$DEV" >/dev/null; then
+		echo "# $DEV has no GID for $PAIR_MY_IP after 120 s"
+	else
+		GID=$(ipv4_gid_index "$DEV")
+		echo "# $DEV up: modules unloaded in $((t1 - t0)) s, link and GID $GID in $((SECONDS - t1)) s"
+		return 0
+	fi
+	pair_diagnose
 	return 1
 }
 
-# Runs a server (COMMAND...); output as for pair_client.
-pair_server() {
-	local rc
-	PAIR_OUT=$(timeout "$((${PAIR_CASE_TIMEOUT:-150} + 90))" "$@" 2>&1)
-	rc=$?
-	echo "$PAIR_OUT" | tail -3 | sed 's/^/# /'
+# Brings up STACK here and waits for the peer to bring up its own (barrier TAG-up). Fails when
+# either side failed, so that neither goes on to exchanges the other will not join.
+pair_stack_up_both() {
+	pair_stack_up "$1" || touch "$PAIR_RESULTS/$PAIR_ROLE.$2-down"
+	pair_barrier "$2-up" || return 1
+	[[ ! -e $PAIR_RESULTS/a.$2-down && ! -e $PAIR_RESULTS/b.$2-down ]]
+}
+
+# One exchange CASE between the guests, after a barrier: A runs COMMAND... as the server, B runs
+# COMMAND... PEER_IP as the client, retried while the server does not listen yet. Sets PAIR_OUT
+# to the output (also appended to $PAIR_RESULTS/$PAIR_ROLE.out; the tail is shown) and returns
+# the command's status. Each side marks when it is done; a side still running 60 s after its
+# peer is done is stopped, so a side that fails at once costs a minute, not the whole timeout.
+pair_exchange() {
+	local case=$1 peer=a
+	shift
+	[[ $PAIR_ROLE == a ]] && peer=b
+	pair_barrier "$case" || { echo "# the peer never reached $case"; return 1; }
+	local done_mark=$PAIR_RESULTS/$PAIR_ROLE.$case.done peer_done=$PAIR_RESULTS/$peer.$case.done
+	local limit=${PAIR_CASE_TIMEOUT:-150} rc
+	if [[ $PAIR_ROLE == a ]]; then
+		pair_run_bounded $((limit + 90)) "$peer_done" "$@"
+		rc=$?
+	else
+		local i
+		for i in $(seq 60); do
+			pair_run_bounded "$limit" "$peer_done" "$@" "$PAIR_PEER_IP"
+			rc=$?
+			grep -qiE "couldn't connect|unable to connect|connection refused" <<<"$PAIR_OUT" || break
+			[[ -e $peer_done ]] && break
+			sleep 1
+		done
+	fi
+	touch "$done_mark"
+	echo "$PAIR_OUT" | tail -4 | sed 's/^/# /'
 	echo "$PAIR_OUT" >>"$PAIR_RESULTS/$PAIR_ROLE.out"
+	((rc == 0)) || pair_diagnose
 	return $rc
+}
+
+# Runs COMMAND... into PAIR_OUT; stops it after LIMIT seconds, or 60 s after file PEER_DONE
+# appears. Returns its status.
+pair_run_bounded() {
+	local limit=$1 peer_done=$2 out=/tmp/pair-exchange.$PAIR_ROLE.out
+	shift 2
+	"$@" >"$out" 2>&1 &
+	local pid=$! deadline=$((SECONDS + limit)) peer_is_done= why=
+	while kill -0 "$pid" 2>/dev/null; do
+		if [[ -z $peer_is_done && -e $peer_done ]]; then
+			peer_is_done=1
+			((deadline > SECONDS + 60)) && deadline=$((SECONDS + 60))
+		fi
+		if ((SECONDS >= deadline)); then
+			why="still running after $limit s"
+			[[ -n $peer_is_done ]] && why="still running 60 s after the peer was done"
+			kill -9 "$pid" 2>/dev/null
+			break
+		fi
+		sleep 0.5
+	done
+	# (No "Killed" line from the shell: the reason is in PAIR_OUT.)
+	{ wait "$pid"; } 2>/dev/null
+	local rc=$?
+	PAIR_OUT=$(cat "$out")
+	[[ -z $why ]] || PAIR_OUT+=$'\n'"pair: $1 stopped: $why"
+	return $rc
+}
+
+# What a failed exchange needs explained: can we reach the peer, which RDMA links exist, and
+# the kernel's last words.
+pair_diagnose() {
+	if ping -c1 -W2 "$PAIR_PEER_IP" >/dev/null 2>&1; then
+		echo "# diagnose: $PAIR_PEER_IP answers ping"
+	else
+		echo "# diagnose: $PAIR_PEER_IP does not answer ping; neighbours: $(ip neigh show dev "$PAIR_DEV" | tr '\n' ';')"
+	fi
+	echo "# diagnose: rdma links: $(rdma link show 2>&1 | tr '\n' ';')"
+	dmesg | tail -n 5 | sed 's/^/# diagnose: dmesg: /'
 }

@@ -2,8 +2,15 @@
 # Runs test scripts inside the guest, each followed by a check that the kernel stayed clean:
 # no new WARNING/BUG/oops/KASAN/lockdep/RCU splat in dmesg and no new kmemleak report.
 #   run-suite.sh TEST.sh...
+# With RXE_RS_SUITE_LOG (a file in a directory the host shares writable), the output also goes
+# there: virtme-ng's script output ports come from udev, and a guest that boots slowly enough can
+# start the script before they exist, and then its output is lost.
 set -u
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+if [[ -n ${RXE_RS_SUITE_LOG:-} ]]; then
+	exec > >(tee "$RXE_RS_SUITE_LOG") 2>&1
+	log_writer=$!
+fi
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 KMEMLEAK=/sys/kernel/debug/kmemleak
 SPLATS='WARNING:|BUG:|Oops|KASAN|kernel BUG|general protection fault|possible recursive locking|possible circular locking|inconsistent lock state|suspicious RCU usage|unreferenced object|UBSAN|soft lockup|hung_task|blocked for more than|Call Trace'
@@ -53,3 +60,8 @@ for test in "$@"; do
 	leaks=
 done
 echo "# suite: done"
+if [[ -n ${log_writer:-} ]]; then
+	# The host may power the guest off as soon as we exit: let tee write the last lines.
+	exec >&- 2>&-
+	wait "$log_writer"
+fi

@@ -7,37 +7,43 @@
 source "$RXE_RS_ROOT/selftests/guest/pair.sh"
 source "$RXE_RS_ROOT/selftests/guest/lib.sh"
 
-# One exchange: A serves, B connects. Both report it (so both logs show what failed).
-run_case() {
-	local name=$1
-	shift
-	pair_barrier "$label-$name" || { ktap_test_fail "$label $name (peer never came)"; return; }
-	if [[ $PAIR_ROLE == a ]]; then
-		check "$label $name (server)" pair_server "$@"
-	else
-		check "$label $name (client)" pair_client "$@" "$PAIR_PEER_IP"
-	fi
-}
-
-pairing() {
-	local mine=$1 theirs=$2
-	label="$3:"
-	pair_barrier "$label-start" || return
-	check "$label $mine up on $PAIR_DEV" pair_stack_up "$mine"
-	local size events n
+# The exchanges of one pairing, a line each: perftest arguments get -d/-x, pingpong -d/-g.
+cases() {
+	local size events n t
 	for events in "" -e; do
 		for size in 1 1024 4096 65536 1048576; do
 			n=10
 			((size >= 65536)) && n=3
-			run_case "ibv_rc_pingpong -c${events:+ $events} -s $size" \
-				ibv_rc_pingpong -d "$DEV" -g "$GID" -c $events -s "$size" -n "$n"
+			echo "ibv_rc_pingpong -c${events:+ $events} -s $size -n $n"
 		done
 	done
 	for t in ib_send_bw ib_write_bw ib_read_bw; do
-		run_case "$t -s 16384" "$t" -d "$DEV" -x "$GID" -F -s 16384 -n 20
+		echo "$t -F -s 16384 -n 20"
 	done
 	for t in ib_send_lat ib_write_lat ib_read_lat; do
-		run_case "$t -s 64" "$t" -d "$DEV" -x "$GID" -F -s 64 -n 20
+		echo "$t -F -s 64 -n 20"
+	done
+}
+
+# One pairing LABEL, with stack MINE here. Both report every exchange (so both logs show
+# what failed); if either side's stack did not come up, its exchanges fail at once.
+pairing() {
+	local mine=$1 label="$2:" role=server
+	[[ $PAIR_ROLE == b ]] && role=client
+	pair_barrier "$label-start" || return
+	local down=
+	check "$label $mine up on $PAIR_DEV, and the peer's stack" pair_stack_up_both "$mine" "$label" || down=1
+	local line cmd lines
+	mapfile -t lines < <(cases)
+	for line in "${lines[@]}"; do
+		read -r -a cmd <<<"$line"
+		if [[ -n $down ]]; then
+			ktap_test_fail "$label $line ($role): not run, a stack is not up"
+		elif [[ ${cmd[0]} == ibv_rc_pingpong ]]; then
+			check "$label $line ($role)" pair_exchange "$label-$line" "${cmd[0]}" -d "$DEV" -g "$GID" "${cmd[@]:1}"
+		else
+			check "$label $line ($role)" pair_exchange "$label-$line" "${cmd[0]}" -d "$DEV" -x "$GID" "${cmd[@]:1}"
+		fi
 	done
 	pair_barrier "$label-end"
 }
@@ -47,13 +53,13 @@ ktap_print_header
 ktap_set_plan 51
 pair_wait_peer 900 || { echo "# the peer never answered ping"; }
 if [[ $PAIR_ROLE == a ]]; then
-	pairing rxe_rs rxe_rs "rxe_rs<->rxe_rs"
-	pairing rxe_rs rdma_rxe "rxe_rs<->rdma_rxe"
-	pairing rdma_rxe rxe_rs "rdma_rxe<->rxe_rs"
+	pairing rxe_rs "rxe_rs<->rxe_rs"
+	pairing rxe_rs "rxe_rs<->rdma_rxe"
+	pairing rdma_rxe "rdma_rxe<->rxe_rs"
 else
-	pairing rxe_rs rxe_rs "rxe_rs<->rxe_rs"
-	pairing rdma_rxe rxe_rs "rxe_rs<->rdma_rxe"
-	pairing rxe_rs rdma_rxe "rdma_rxe<->rxe_rs"
+	pairing rxe_rs "rxe_rs<->rxe_rs"
+	pairing rdma_rxe "rxe_rs<->rdma_rxe"
+	pairing rxe_rs "rdma_rxe<->rxe_rs"
 fi
 reset_modules
 ktap_finished
