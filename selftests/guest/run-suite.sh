@@ -9,7 +9,7 @@ set -u
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 if [[ -n ${RXE_RS_SUITE_LOG:-} ]]; then
 	exec > >(tee "$RXE_RS_SUITE_LOG") 2>&1
-	log_writer=$!
+	log_writer=1
 fi
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 KMEMLEAK=/sys/kernel/debug/kmemleak
@@ -37,6 +37,7 @@ for test in "$@"; do
 	watchdog=$!
 	timeout "$limit" bash "$test"
 	rc=$?
+	pkill -P "$watchdog" 2>/dev/null # its sleep, which would hold our stdout open
 	kill "$watchdog" 2>/dev/null
 	wait "$watchdog" 2>/dev/null
 	echo "# selftest: $name exit=$rc"
@@ -61,7 +62,10 @@ for test in "$@"; do
 done
 echo "# suite: done"
 if [[ -n ${log_writer:-} ]]; then
-	# The host may power the guest off as soon as we exit: let tee write the last lines.
-	exec >&- 2>&-
-	wait "$log_writer"
+	# The host may power the guest off as soon as we exit: let tee write the last line. (Not
+	# `wait` for tee: a process a test left behind may hold the pipe open forever.)
+	for _ in $(seq 50); do
+		grep -q '^# suite: done' "$RXE_RS_SUITE_LOG" && break
+		sleep 0.2
+	done
 fi
