@@ -49,7 +49,9 @@ echo "selftests: booting a VM for ${#single_vm_tests[@]} test script(s); log: $l
 "$RXE_RS_ROOT/scripts/vm.sh" --name rxe-selftest --rwdir "$results" -- \
 	env RXE_RS_SUITE_LOG="$log" bash "$here/guest/run-suite.sh" "${single_vm_tests[@]}" 2>&1 |
 	tee "$results/selftests-vm.console"
-if [[ -e $log ]] && ! grep -q '^# suite:' "$results/selftests-vm.console"; then
+if [[ ! -e $log ]]; then
+	log=$results/selftests-vm.console # the script never started; the console says why
+elif ! grep -q '^# suite:' "$results/selftests-vm.console"; then
 	echo "selftests: the guest's console output was lost; its log:"
 	cat "$log"
 fi

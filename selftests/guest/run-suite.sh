@@ -9,7 +9,6 @@ set -u
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 if [[ -n ${RXE_RS_SUITE_LOG:-} ]]; then
 	exec > >(tee "$RXE_RS_SUITE_LOG") 2>&1
-	log_writer=1
 fi
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 KMEMLEAK=/sys/kernel/debug/kmemleak
@@ -61,7 +60,7 @@ for test in "$@"; do
 	leaks=
 done
 echo "# suite: done"
-if [[ -n ${log_writer:-} ]]; then
+if [[ -n ${RXE_RS_SUITE_LOG:-} ]]; then
 	# The host may power the guest off as soon as we exit: let tee write the last line. (Not
 	# `wait` for tee: a process a test left behind may hold the pipe open forever.)
 	for _ in $(seq 50); do
