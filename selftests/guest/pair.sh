@@ -99,8 +99,7 @@ pair_exchange() {
 		pair_run_bounded $((limit + 90)) "$peer_done" "$@"
 		rc=$?
 	else
-		local i
-		for i in $(seq 60); do
+		for _ in $(seq 60); do
 			pair_run_bounded "$limit" "$peer_done" "$@" "$PAIR_PEER_IP"
 			rc=$?
 			grep -qiE "couldn't connect|unable to connect|connection refused" <<<"$PAIR_OUT" || break
@@ -121,15 +120,12 @@ pair_run_bounded() {
 	local limit=$1 peer_done=$2 out=/tmp/pair-exchange.$PAIR_ROLE.out
 	shift 2
 	"$@" >"$out" 2>&1 &
-	local pid=$! deadline=$((SECONDS + limit)) peer_is_done= why=
+	local pid=$! deadline=$((SECONDS + limit)) why=
 	while kill -0 "$pid" 2>/dev/null; do
-		if [[ -z $peer_is_done && -e $peer_done ]]; then
-			peer_is_done=1
-			((deadline > SECONDS + 60)) && deadline=$((SECONDS + 60))
-		fi
+		[[ -e $peer_done ]] && ((deadline > SECONDS + 60)) && deadline=$((SECONDS + 60))
 		if ((SECONDS >= deadline)); then
 			why="still running after $limit s"
-			[[ -n $peer_is_done ]] && why="still running 60 s after the peer was done"
+			[[ -e $peer_done ]] && why="still running 60 s after the peer was done"
 			kill -9 "$pid" 2>/dev/null
 			break
 		fi

@@ -33,16 +33,16 @@ pairing() {
 	pair_barrier "$label-start" || return
 	local down=
 	check "$label $mine up on $PAIR_DEV, and the peer's stack" pair_stack_up_both "$mine" "$label" || down=1
-	local line cmd lines
+	local line cmd lines gid_flag
 	mapfile -t lines < <(cases)
 	for line in "${lines[@]}"; do
 		read -r -a cmd <<<"$line"
+		gid_flag=-x
+		[[ ${cmd[0]} == ibv_rc_pingpong ]] && gid_flag=-g
 		if [[ -n $down ]]; then
 			ktap_test_fail "$label $line ($role): not run, a stack is not up"
-		elif [[ ${cmd[0]} == ibv_rc_pingpong ]]; then
-			check "$label $line ($role)" pair_exchange "$label-$line" "${cmd[0]}" -d "$DEV" -g "$GID" "${cmd[@]:1}"
 		else
-			check "$label $line ($role)" pair_exchange "$label-$line" "${cmd[0]}" -d "$DEV" -x "$GID" "${cmd[@]:1}"
+			check "$label $line ($role)" pair_exchange "$label-$line" "${cmd[0]}" -d "$DEV" "$gid_flag" "$GID" "${cmd[@]:1}"
 		fi
 	done
 	pair_barrier "$label-end"
