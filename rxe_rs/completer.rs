@@ -7,10 +7,7 @@ use crate::{
     counters::Counter,
     cq::RxeCq,
     device::RxeDevice,
-    kext::{
-        ib::{access, Device},
-        mmap::RingIndex,
-    },
+    kext::{ib::Device, mmap::RingIndex},
     proto::{
         completer::{on_aeth, AckOutcome, AfterAck, RemoteError, Span},
         headers::{Aeth, Syndrome},
@@ -20,7 +17,9 @@ use crate::{
     },
     qp::{state, QpInner, QpState},
     requester::{Requester, SendWork},
-    uapi::{send_flags, wc_status, Cqe, Sge},
+    responder::check_admitted,
+    sgl,
+    uapi::{send_flags, wc_status, Cqe},
 };
 
 /// Completes the oldest WQE with `status` (a CQE if it failed or asked for one) and hands its
@@ -38,8 +37,10 @@ pub(crate) fn retire(qp: &QpInner, req: &mut Requester, status: u32) {
             qp_num: qp.qpn,
             ..Default::default()
         };
-        // A full CQ raises IB_EVENT_CQ_ERR inside `post`.
-        let _ = RxeCq::post(qp.links.send.get(), &cqe, false);
+        // A full CQ raises IB_EVENT_CQ_ERR inside `post`; the QP then enters the error state.
+        if RxeCq::post(qp.links.send.get(), &cqe, false).is_err() {
+            qp.completion_lost();
+        }
     }
     if req.cur == index {
         req.cur = index.wrapping_add(1);
@@ -112,23 +113,38 @@ pub(crate) fn arm_retransmit(qp: &QpInner, s: &mut QpState) {
 /// Handles a response packet (ACK, NAK, READ response) for `qp`, in softirq.
 pub(crate) fn handle_response(dev: &Device<RxeDevice>, qp: &QpInner, d: &Datagram<'_>) -> Counter {
     let mut s = qp.state.lock();
+    let counter = handle_response_locked(dev, qp, &mut s, d);
+    qp.settle(&mut s);
+    counter
+}
+
+fn handle_response_locked(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, d: &Datagram<'_>) -> Counter {
     if s.attrs.state != state::RTS && s.attrs.state != state::SQD {
         return Counter::RcvdQpNotReady;
+    }
+    if let Err(counter) = check_admitted(s, d) {
+        return counter;
+    }
+    // Only PSNs we sent and that are not acknowledged yet can be answered: anything else is
+    // stale, or forged by someone guessing (a blind ACK must not complete WQEs whose data
+    // never arrived).
+    let psn = d.bth.psn;
+    if psn.diff(s.req.acked_psn) < 0 || psn.diff(s.req.sent_end) >= 0 {
+        return Counter::RcvdStaleResponse;
     }
     let aeth = if d.info.aeth { Aeth::parse(d.ext_headers) } else { None };
     if d.info.aeth && aeth.is_none() {
         return Counter::RcvdMalformed;
     }
-    let psn = d.bth.psn;
     let progress_from = s.req.consumer;
     let acked_before = s.req.acked_psn;
     let outcome = if d.info.is_read {
-        read_response(dev, qp, &mut s, d, psn)
+        read_response(dev, qp, s, d, psn)
     } else if d.info.atomic_ack_eth {
         return Counter::RcvdUnsupported;
     } else {
         match aeth {
-            Some(a) => ack(qp, &mut s, a, psn),
+            Some(a) => ack(qp, s, a, psn),
             None => return Counter::RcvdMalformed,
         }
     };
@@ -144,10 +160,10 @@ pub(crate) fn handle_response(dev: &Device<RxeDevice>, qp: &QpInner, d: &Datagra
         s.req.window.on_progress();
         s.req.retries_left = s.attrs.retry_cnt;
         s.req.timer_armed = false;
-        arm_retransmit(qp, &mut s);
+        arm_retransmit(qp, s);
     }
-    qp.run_requester(dev, &mut s);
-    qp.check_drained(&mut s);
+    qp.run_requester(dev, s);
+    qp.check_drained(s);
     counter
 }
 
@@ -241,15 +257,17 @@ fn read_response(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, d: &Dat
         return Err(Counter::RcvdSeqErr);
     }
     let mtu = s.attrs.path_mtu.bytes();
-    let offset = w.read_got * mtu;
-    let is_last = w.read_got + 1 == w.npkts;
-    let len_ok = if is_last { offset + d.payload.len() as u32 == w.len } else { d.payload.len() as u32 == mtu };
+    // `read_got < npkts`, so the offset is below the READ's length (at most 2^31).
+    let offset = w.read_got.saturating_mul(mtu);
+    let is_last = w.read_got.saturating_add(1) == w.npkts;
+    let payload = d.payload.len() as u32; // at most one MTU: the packet fit a UDP datagram
+    let len_ok = if is_last { offset.checked_add(payload) == Some(w.len) } else { payload == mtu };
     // A LAST response may also end a part of the message (one of several requests).
     if !len_ok || (is_last && !d.info.is_last) {
         qp.fail(s, index, wc_status::BAD_RESP_ERR);
         return Err(Counter::RcvdInvalidRequest);
     }
-    if let Err(status) = scatter_read(dev, qp.pd, s.req.sges_of(index), offset, d.payload) {
+    if let Err(status) = sgl::scatter(dev, qp.pd, s.req.sges_of(index), u64::from(offset), d.payload) {
         qp.fail(s, index, status);
         return Err(Counter::RcvdPkts);
     }
@@ -281,34 +299,14 @@ fn ask_again(qp: &QpInner, req: &mut Requester, from: Psn) {
     }
 }
 
-/// Writes READ response bytes at message offset `offset` into the READ's local SGEs.
-fn scatter_read(dev: &Device<RxeDevice>, pd: u32, sges: &[Sge], offset: u32, mut data: &[u8]) -> core::result::Result<(), u32> {
-    let mut skip = u64::from(offset);
-    for sge in sges {
-        if data.is_empty() {
-            break;
-        }
-        let len = u64::from(sge.length);
-        if skip >= len {
-            skip -= len;
-            continue;
-        }
-        let n = (len - skip).min(data.len() as u64) as usize;
-        let mr = dev.lookup_mr(sge.lkey).ok_or(wc_status::LOC_PROT_ERR)?;
-        mr.write(pd, sge.addr + skip, &data[..n], access::LOCAL_WRITE).map_err(|_| wc_status::LOC_PROT_ERR)?;
-        data = &data[n..];
-        skip = 0;
-    }
-    if data.is_empty() {
-        Ok(())
-    } else {
-        Err(wc_status::LOC_LEN_ERR)
-    }
-}
-
 /// The retransmission or RNR timer expired (softirq).
 pub(crate) fn timer_expired(dev: &Device<RxeDevice>, qp: &QpInner) {
     let mut s = qp.state.lock();
+    timer_expired_locked(dev, qp, &mut s);
+    qp.settle(&mut s);
+}
+
+fn timer_expired_locked(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) {
     if !s.req.timer_armed || (s.attrs.state != state::RTS && s.attrs.state != state::SQD) {
         return;
     }
@@ -319,7 +317,7 @@ pub(crate) fn timer_expired(dev: &Device<RxeDevice>, qp: &QpInner) {
         if s.req.retries_left == 0 {
             qp.count(Counter::RetryExceededErr);
             let consumer = s.req.consumer;
-            qp.fail(&mut s, consumer, wc_status::RETRY_EXC_ERR);
+            qp.fail(s, consumer, wc_status::RETRY_EXC_ERR);
             return;
         }
         if s.req.retries_left != RETRY_FOREVER {
@@ -334,7 +332,7 @@ pub(crate) fn timer_expired(dev: &Device<RxeDevice>, qp: &QpInner) {
         let from = if from.diff(w.first_psn) < 0 { w.first_psn } else { from };
         rewind(&mut s.req, from);
     }
-    qp.run_requester(dev, &mut s);
+    qp.run_requester(dev, s);
 }
 
 /// The spans of the WQEs in flight, oldest first, for [`on_aeth`].

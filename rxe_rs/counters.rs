@@ -42,6 +42,12 @@ pub(crate) enum Counter {
     RetryRnrExceededErr,
     /// Responses dropped: stale, duplicate or for no request in flight.
     RcvdStaleResponse,
+    /// Dropped: an opcode of another transport than the QP's.
+    RcvdWrongTransport,
+    /// Dropped: not from the QP's peer, or not to the QP's address.
+    RcvdWrongPeer,
+    /// Dropped: a P_Key that does not match the QP's partition.
+    RcvdBadPkey,
 }
 
 /// Their names, in `Counter` order.
@@ -63,9 +69,12 @@ pub(crate) static NAMES: [StatDesc; COUNT] = [
     StatDesc::new(c_str!("retry_exceeded_err")),
     StatDesc::new(c_str!("retry_rnr_exceeded_err")),
     StatDesc::new(c_str!("rcvd_stale_response")),
+    StatDesc::new(c_str!("rcvd_wrong_transport")),
+    StatDesc::new(c_str!("rcvd_wrong_peer")),
+    StatDesc::new(c_str!("rcvd_bad_pkey")),
 ];
 
-const COUNT: usize = 17;
+const COUNT: usize = 20;
 
 /// The values of one port.
 pub(crate) struct Counters([AtomicU64; COUNT]);

@@ -19,7 +19,7 @@ use crate::{
     proto::{addr::eui64_from_mac, mtu::IbMtu},
     uapi,
 };
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use kernel::{prelude::*, sync::Arc, types::ARef};
 
 /// The only port of a device (IB ports are 1-based).
@@ -38,8 +38,8 @@ pub(crate) struct RxeDevice {
     pds: ObjectCount,
     /// Live completion queues (limit: [`limits::MAX_CQ`]).
     cqs: ObjectCount,
-    /// Names PDs, so that MRs and QPs can be matched to theirs.
-    next_pd_id: AtomicU32,
+    /// Names PDs, so that MRs and QPs can be matched to theirs (never reused: 64 bits).
+    next_pd_id: AtomicU64,
     /// Memory regions by key index (limit: [`limits::MAX_MR`]).
     #[pin]
     pub(crate) mrs: IndexTable<MrInner>,
@@ -86,7 +86,7 @@ impl RxeDevice {
             active_mtu: AtomicU32::new(mtu),
             pds: ObjectCount::new(),
             cqs: ObjectCount::new(),
-            next_pd_id: AtomicU32::new(1),
+            next_pd_id: AtomicU64::new(1),
             mrs <- IndexTable::new(1, limits::MAX_MR),
             qps <- IndexTable::new(limits::FIRST_QPN, limits::MAX_QP),
             counters: Counters::new(),
@@ -102,13 +102,18 @@ impl RxeDevice {
     /// Registers `inner` in the key table and returns its key.
     fn insert_mr(&self, inner: MrInner) -> Result<(RxeMr, u32)> {
         let key_byte = inner.key_byte;
-        let index = self.mrs.insert(Arc::new(inner, GFP_KERNEL)?)?;
+        let index = self.mrs.insert(Arc::new(inner, GFP_KERNEL_ACCOUNT)?)?;
         Ok((RxeMr, mr::make_key(index, key_byte.into())))
     }
 
     /// The MR of an lkey or rkey, if it is registered (the whole key must match).
     pub(crate) fn lookup_mr(&self, key: u32) -> Option<Arc<MrInner>> {
         self.mrs.get(key >> 8).filter(|mr| mr.key_byte == key as u8)
+    }
+
+    /// The QP numbered `qpn`, if it exists (the whole number must match, not only its index).
+    pub(crate) fn lookup_qp(&self, qpn: u32) -> Option<Arc<QpInner>> {
+        self.qps.get(qpn & limits::QPN_INDEX_MASK).filter(|qp| qp.qpn == qpn)
     }
 
     /// Recomputes the port state from `ndev` and reports a change as a port event.
@@ -258,14 +263,22 @@ impl ib::Driver for RxeDevice {
         udata: &Udata<'_>,
     ) -> Result<(impl PinInit<RxeQp, Error>, u32)> {
         let mut qp = None;
-        let qpn = dev.qps.insert_with(|qpn| {
+        let mut qpn = 0;
+        dev.qps.insert_with(|index| {
+            // Random bits above the table index: a QP number is not the next one after the
+            // last, so a blind sweep of QP numbers does not find every QP.
+            qpn = ((random_u32() << limits::QPN_INDEX_BITS) | index) & crate::proto::psn::PSN_MASK;
             // SAFETY: the link lives in the QP, which the core destroys before the device.
             let link = unsafe { dev.link() };
-            let inner = Arc::pin_init(QpInner::new(link, qpn, pd.id, init, links, udata)?, GFP_KERNEL)?;
+            let inner = Arc::pin_init(QpInner::new(link, qpn, pd.id, init, links, udata)?, GFP_KERNEL_ACCOUNT)?;
             qp = Some(RxeQp { inner: inner.clone() });
             Ok(inner)
         })?;
         Ok((qp.ok_or(EINVAL)?, qpn))
+    }
+
+    fn post_recv(_dev: &Device<Self>, qp: &Qp<Self>) -> Result {
+        qp.inner.post_recv()
     }
 
     fn modify_qp(_dev: &Device<Self>, qp: &Qp<Self>, attr: &QpAttr, mask: i32) -> Result {
@@ -278,7 +291,7 @@ impl ib::Driver for RxeDevice {
     }
 
     fn destroy_qp(dev: &Device<Self>, qp: &Qp<Self>) {
-        dev.qps.remove(qp.inner.qpn);
+        dev.qps.remove(qp.inner.qpn & limits::QPN_INDEX_MASK);
         qp.inner.detach();
     }
 
@@ -298,9 +311,7 @@ impl ib::Driver for RxeDevice {
         _udata: &Udata<'_>,
     ) -> Result<(RxeMr, u32)> {
         mr::check_access(access)?;
-        if len == 0 || len > limits::MAX_MR_SIZE {
-            return Err(EINVAL);
-        }
+        mr::check_range(iova, len, limits::MAX_MR_SIZE)?;
         let memory = dev.pin_user_memory(start, len, access)?;
         dev.insert_mr(MrInner {
             key_byte: random_u32() as u8,

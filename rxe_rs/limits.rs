@@ -30,8 +30,13 @@ pub(crate) const MAX_MR: u32 = (1 << 16) - 1;
 pub(crate) const MAX_MR_SIZE: u64 = 1 << 40;
 /// Queue pairs per device (QP numbers FIRST_QPN..FIRST_QPN + MAX_QP).
 pub(crate) const MAX_QP: u32 = 1 << 16;
-/// First QP number handed out: 0 and 1 are the special QPs, and rdma_rxe starts at 16 too.
+/// First QP table index: 0 and 1 are the special QPs, and rdma_rxe starts at 16 too.
 pub(crate) const FIRST_QPN: u32 = 16;
+/// Low bits of a QP number that are its table index (FIRST_QPN + MAX_QP fits); the 7 bits
+/// above them, up to the 24 of a QP number, are random.
+pub(crate) const QPN_INDEX_BITS: u32 = 17;
+/// Mask of the table index in a QP number.
+pub(crate) const QPN_INDEX_MASK: u32 = (1 << QPN_INDEX_BITS) - 1;
 /// Work requests per queue.
 pub(crate) const MAX_QP_WR: u32 = 1 << 14;
 /// Scatter/gather entries per work request.

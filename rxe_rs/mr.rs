@@ -12,6 +12,10 @@ const SUPPORTED_ACCESS: i32 = access::LOCAL_WRITE
     | access::REMOTE_ATOMIC
     | access::MW_BIND;
 
+/// Names a protection domain. 64 bits from a counter that only goes up: two PDs never share
+/// one, however many a process allocates and frees (a 32-bit counter wraps after 2^32).
+pub(crate) type PdId = u64;
+
 /// What backs an MR.
 pub(crate) enum Backing {
     /// User pages pinned at registration.
@@ -25,10 +29,10 @@ pub(crate) struct MrInner {
     /// Low byte of the key (lkey == rkey == table index << 8 | this).
     pub(crate) key_byte: u8,
     /// The PD it belongs to (QPs may only use MRs of their own PD).
-    pub(crate) pd: u32,
+    pub(crate) pd: PdId,
     /// First address of the region, in the address space the user registered (iova).
     pub(crate) iova: u64,
-    /// Bytes.
+    /// Bytes; `iova + len - 1` does not pass 2^64 - 1 (checked at registration).
     pub(crate) len: u64,
     /// `ib_access_flags`.
     pub(crate) access: i32,
@@ -47,7 +51,7 @@ pub(crate) enum AccessError {
 impl MrInner {
     /// Copies `out.len()` bytes at `addr` out of the MR, for a QP in PD `pd` that needs `rights`
     /// (0 for local reads).
-    pub(crate) fn read(&self, pd: u32, addr: u64, out: &mut [u8], rights: i32) -> core::result::Result<(), AccessError> {
+    pub(crate) fn read(&self, pd: PdId, addr: u64, out: &mut [u8], rights: i32) -> core::result::Result<(), AccessError> {
         let offset = self.check(pd, addr, out.len() as u64, rights)?;
         match &self.backing {
             Backing::User(memory) => memory.read(offset, out).map_err(|_| AccessError::OutOfBounds),
@@ -57,7 +61,7 @@ impl MrInner {
     }
 
     /// Copies `data` into the MR at `addr`, for a QP in PD `pd` that needs `rights`.
-    pub(crate) fn write(&self, pd: u32, addr: u64, data: &[u8], rights: i32) -> core::result::Result<(), AccessError> {
+    pub(crate) fn write(&self, pd: PdId, addr: u64, data: &[u8], rights: i32) -> core::result::Result<(), AccessError> {
         let offset = self.check(pd, addr, data.len() as u64, rights)?;
         match &self.backing {
             Backing::User(memory) => memory.write(offset, data).map_err(|_| AccessError::OutOfBounds),
@@ -67,7 +71,7 @@ impl MrInner {
 
     /// Checks an access of `len` bytes at `addr` needing `rights` from a QP in PD `pd`, and
     /// returns the offset into the region.
-    pub(crate) fn check(&self, pd: u32, addr: u64, len: u64, rights: i32) -> core::result::Result<usize, AccessError> {
+    pub(crate) fn check(&self, pd: PdId, addr: u64, len: u64, rights: i32) -> core::result::Result<usize, AccessError> {
         if pd != self.pd || self.access & rights != rights {
             return Err(AccessError::Denied);
         }
@@ -82,6 +86,16 @@ impl MrInner {
 /// A registered MR as the verbs layer holds it: the region itself lives in the device's key
 /// table (and in operations in flight) until deregistration removes it.
 pub(crate) struct RxeMr;
+
+/// Validates the range of a new MR: not empty, not too large, and its last byte within the
+/// 64-bit address space (a range that wraps would make every bounds check lie; one ending at
+/// 2^64 itself is fine).
+pub(crate) fn check_range(iova: u64, len: u64, max: u64) -> Result {
+    if len == 0 || len > max || iova.checked_add(len - 1).is_none() {
+        return Err(EINVAL);
+    }
+    Ok(())
+}
 
 /// Validates MR access flags as rdma_rxe does (after the core's own checks).
 pub(crate) fn check_access(flags: i32) -> Result {

@@ -24,11 +24,13 @@ use crate::{
         timer::{Timer, TimerOwner},
         work,
     },
+    mr::PdId,
     proto::wire::qp_source_port,
     requester::{self, Requester, RunEnd},
     responder::{self, Responder},
-    uapi::wc_status,
+    uapi::{wc_status, RING_FLAG_FLUSH},
 };
+use core::sync::atomic::{fence, AtomicBool, Ordering};
 use kernel::{
     new_work,
     prelude::*,
@@ -129,7 +131,7 @@ pub(crate) struct QpInner {
     /// Its number.
     pub(crate) qpn: u32,
     /// The PD it was created in.
-    pub(crate) pd: u32,
+    pub(crate) pd: PdId,
     /// Send queue (user produces WQEs, the kernel consumes).
     pub(crate) sq: SharedRing,
     /// Receive queue (user produces WQEs, the kernel consumes).
@@ -140,6 +142,9 @@ pub(crate) struct QpInner {
     pub(crate) links: QpLinks<RxeDevice>,
     /// Every send WR completes with a CQE (`sq_sig_all`).
     pub(crate) sq_sig_all: bool,
+    /// A completion found its CQ full (and was lost): the QP must enter the error state. Set
+    /// where completions are posted, acted on where each path leaves the QP's lock.
+    cq_overflowed: AtomicBool,
     /// BH-safe: the receive softirq and the timer run the protocol under it.
     #[pin]
     pub(crate) state: SpinLockBh<QpState>,
@@ -166,7 +171,7 @@ impl QpInner {
     pub(crate) fn new(
         dev: DeviceLink<RxeDevice>,
         qpn: u32,
-        pd_id: u32,
+        pd_id: PdId,
         init: &mut QpInitAttr,
         links: QpLinks<RxeDevice>,
         udata: &Udata<'_>,
@@ -230,6 +235,7 @@ impl QpInner {
             caps,
             links,
             sq_sig_all,
+            cq_overflowed: AtomicBool::new(false),
             state <- new_spinlock_bh!(qp_state, "rxe_rs_qp"),
         }? Error))
     }
@@ -328,11 +334,15 @@ impl QpInner {
             self.run_requester(self.dev.get(), s);
         }
         if next == state::RESET && cur != state::RESET {
-            // Back to the creation state: the rings start over (the provider resets its side).
+            // Back to the creation state: the rings start over (the provider resets its side),
+            // and no timer of the old connection may fire into the new one.
+            self.timer.cancel();
             s.req.reset();
             s.resp.reset();
+            self.cq_overflowed.store(false, Ordering::Relaxed);
             self.sq.store(RingIndex::Consumer, 0);
             self.rq.store(RingIndex::Consumer, 0);
+            self.rq.store(RingIndex::Flags, 0);
         }
         if next == state::ERR && cur != state::ERR {
             self.enter_error(s);
@@ -394,7 +404,34 @@ impl QpInner {
             // Posting before RTS is an immediate error; the provider takes its WQEs back.
             _ => return Err(EINVAL),
         }
+        self.settle(&mut s);
         Ok(())
+    }
+
+    /// The receive doorbell, rung by the provider when the RQ's flags ask for it (the QP is in
+    /// the error state): completes what was posted with WR_FLUSH_ERR.
+    pub(crate) fn post_recv(&self) -> Result {
+        let mut s = self.state.lock();
+        if s.attrs.state == state::ERR {
+            responder::flush_rq(self, &mut s);
+        }
+        Ok(())
+    }
+
+    /// Notes that a completion found its CQ full (see [`Self::settle`]).
+    pub(crate) fn completion_lost(&self) {
+        self.cq_overflowed.store(true, Ordering::Relaxed);
+    }
+
+    /// Called before each path that drove the protocol drops the QP's lock: a completion
+    /// lost to a full CQ puts the QP in the error state, as rdma_rxe does, rather than let it
+    /// run on with its owner no longer told what completed.
+    pub(crate) fn settle(&self, s: &mut QpState) {
+        if self.cq_overflowed.swap(false, Ordering::Relaxed) && s.attrs.state != state::ERR && s.attrs.state != state::RESET {
+            self.enter_error(s);
+            // The flush's completions found the CQ full too: nothing more to do for them.
+            self.cq_overflowed.store(false, Ordering::Relaxed);
+        }
     }
 
     /// Runs the requester and acts on how it ended.
@@ -413,6 +450,7 @@ impl QpInner {
     /// The WQE at `index` fails with `status`: those before it are flushed, it completes with
     /// the error, and the QP enters the error state (which flushes the rest).
     pub(crate) fn fail(&self, s: &mut QpState, index: u32, status: u32) {
+        // `index` was fetched: this ends within what the kernel holds.
         while s.req.consumer != index && s.req.consumer != s.req.fetched {
             completer::retire(self, &mut s.req, wc_status::WR_FLUSH_ERR);
         }
@@ -430,6 +468,12 @@ impl QpInner {
         self.timer.cancel();
         s.resp.stop();
         self.flush_sq(s);
+        // From now on receives posted need the doorbell to be flushed. The flag is set before
+        // the flush reads the producer index, and the provider publishes its producer index
+        // before it reads the flag (full fences on both sides): a receive is either seen by this
+        // flush or followed by a doorbell.
+        self.rq.store(RingIndex::Flags, RING_FLAG_FLUSH);
+        fence(Ordering::SeqCst);
         responder::flush_rq(self, s);
     }
 
@@ -441,11 +485,21 @@ impl QpInner {
         self.links.qp.dispatch_event(EVENT_QP_FATAL);
     }
 
-    /// Completes every WQE of the SQ, posted or in flight, with WR_FLUSH_ERR.
+    /// Completes every WQE of the SQ, posted or in flight, with WR_FLUSH_ERR: those the kernel
+    /// holds, then what the ring held when the flush began (its producer index is read once, so
+    /// a process moving it meanwhile cannot keep the flush going).
     fn flush_sq(&self, s: &mut QpState) {
-        requester::fetch_for_flush(self, &mut s.req);
-        while s.req.consumer != s.req.fetched {
-            completer::retire(self, &mut s.req, wc_status::WR_FLUSH_ERR);
+        let end = requester::flush_end(self, &s.req);
+        loop {
+            while s.req.consumer != s.req.fetched {
+                completer::retire(self, &mut s.req, wc_status::WR_FLUSH_ERR);
+            }
+            // A corrupt ring: nothing more in it can be trusted, or flushed.
+            let Some(end) = end else { return };
+            if s.req.fetched == end {
+                return;
+            }
+            requester::fetch_for_flush(self, &mut s.req, end);
         }
     }
 

@@ -37,8 +37,10 @@ impl EncapReceiver for Receiver {
         };
         let ip = skb.ip_datagram();
         // Between QPs of this host, datagrams come back through `lo`: they belong to the device
-        // on the netdev that owns their destination address.
-        let Some(dev) = dev.or_else(|| ip.as_ref().ok().and_then(|ip| device_of_local_destination(ip))) else {
+        // on the netdev that owns their destination address. Only from a local source: a
+        // packet routed in from elsewhere does not arrive on `lo`, and one that claims to must
+        // not reach a device through this door.
+        let Some(dev) = dev.or_else(|| ip.as_ref().ok().and_then(|ip| device_of_looped_back(ip))) else {
             return;
         };
         let outcome = match ip {
@@ -46,7 +48,7 @@ impl EncapReceiver for Receiver {
             Ok(ip) => match packet::parse(ip, &KernelCrc32) {
                 Err(DropReason::Malformed) => Counter::RcvdMalformed,
                 Err(DropReason::BadIcrc) => Counter::RcvdIcrcErr,
-                Ok(d) => match dev.qps.get(d.bth.dest_qp) {
+                Ok(d) => match dev.lookup_qp(d.bth.dest_qp) {
                     None => Counter::RcvdUnknownQp,
                     Some(qp) if d.info.is_request => responder::handle_request(&dev, &qp, &d),
                     Some(qp) => completer::handle_response(&dev, &qp, &d),
@@ -57,7 +59,10 @@ impl EncapReceiver for Receiver {
     }
 }
 
-fn device_of_local_destination(ip: &[u8]) -> Option<DeviceRef<RxeDevice>> {
+/// The device a datagram that came back through `lo` is for: the one on the netdev owning its
+/// destination address, if its source address is local too.
+fn device_of_looped_back(ip: &[u8]) -> Option<DeviceRef<RxeDevice>> {
+    NetDevice::with_local_address(packet::source_address(ip)?)?;
     let ndev = NetDevice::with_local_address(packet::destination_address(ip)?)?;
     Device::<RxeDevice>::get_by_netdev(&ndev)
 }

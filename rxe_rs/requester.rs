@@ -7,7 +7,7 @@ use crate::{
     device::RxeDevice,
     kext::{ib::Device, mmap::RingIndex},
     limits,
-    mr::AccessError,
+    mr::PdId,
     proto::{
         av::AddressVector,
         headers::{Bth, Reth},
@@ -18,6 +18,7 @@ use crate::{
         wire::Frame,
     },
     qp::{state, QpInner, QpState},
+    sgl,
     transmit::{Transmitter, TxError},
     uapi::{send_flags, send_opcode, wc_opcode, wc_status, SendWqe, Sge},
 };
@@ -31,6 +32,10 @@ const PACKETS_PER_ACK_REQ: u32 = 32;
 /// of this from the READ's first PSN, so a request for what was lost never reaches past the end
 /// of the request it repeats (the responder took that one's PSNs, and no more).
 const READ_PART: u32 = 32;
+/// WQEs the kernel holds copies of at a time (at most the SQ's slots): what is in flight, not
+/// the whole ring, so a QP's kernel memory does not grow with `max_send_wr`. More are fetched
+/// as these complete.
+const MAX_FETCHED: u32 = 256;
 
 /// A send WQE the kernel owns: the validated copy and its progress.
 #[derive(Clone, Copy, Default)]
@@ -86,11 +91,12 @@ impl SendWork {
 
 /// Send-side state of a QP.
 pub(crate) struct Requester {
-    /// Kernel copies of the WQEs, by SQ slot.
+    /// Kernel copies of the WQEs from `consumer` to `fetched`, by index modulo their count (a
+    /// power of two, so that it divides 2^32).
     works: KVVec<SendWork>,
-    /// Their SGEs: `max_sge` per slot.
+    /// Their SGEs: `max_sge` per copy.
     sges: KVVec<Sge>,
-    /// Their inline data: `max_inline` bytes per slot.
+    /// Their inline data: `max_inline` bytes per copy.
     inline: KVVec<u8>,
     max_sge: usize,
     max_inline: usize,
@@ -104,6 +110,9 @@ pub(crate) struct Requester {
     pub(crate) started_end: u32,
     /// PSN the next fetched WQE starts at.
     pub(crate) next_psn: Psn,
+    /// PSNs before this one have been sent (for a READ, its responses asked for): the end of
+    /// what a response may acknowledge. It does not move back when a rewind resends.
+    pub(crate) sent_end: Psn,
     /// Everything before this PSN is acknowledged.
     pub(crate) acked_psn: Psn,
     /// READ requests out whose last response has not arrived (what `max_rd_atomic` limits).
@@ -125,13 +134,16 @@ pub(crate) struct Requester {
 }
 
 impl Requester {
-    /// State for an SQ of `slots` slots of up to `max_sge` SGEs or `max_inline` bytes.
+    /// State for an SQ of `slots` slots (a power of two) of up to `max_sge` SGEs or
+    /// `max_inline` bytes. Charged to the process's memory cgroup.
     pub(crate) fn new(slots: u32, max_sge: u32, max_inline: u32) -> Result<Self> {
-        let slots = slots as usize;
+        let copies = slots.min(MAX_FETCHED) as usize;
+        let sges = copies.checked_mul(max_sge as usize).ok_or(EINVAL)?;
+        let inline = copies.checked_mul(max_inline as usize).ok_or(EINVAL)?;
         Ok(Self {
-            works: KVVec::from_elem(SendWork::default(), slots, GFP_KERNEL)?,
-            sges: KVVec::from_elem(Sge::default(), slots * max_sge as usize, GFP_KERNEL)?,
-            inline: KVVec::from_elem(0u8, slots * max_inline as usize, GFP_KERNEL)?,
+            works: KVVec::from_elem(SendWork::default(), copies, GFP_KERNEL_ACCOUNT)?,
+            sges: KVVec::from_elem(Sge::default(), sges, GFP_KERNEL_ACCOUNT)?,
+            inline: KVVec::from_elem(0u8, inline, GFP_KERNEL_ACCOUNT)?,
             max_sge: max_sge as usize,
             max_inline: max_inline as usize,
             consumer: 0,
@@ -139,6 +151,7 @@ impl Requester {
             cur: 0,
             started_end: 0,
             next_psn: Psn::new(0),
+            sent_end: Psn::new(0),
             acked_psn: Psn::new(0),
             reads_in_flight: 0,
             read_asked_again: None,
@@ -153,6 +166,19 @@ impl Requester {
 
     fn slot(&self, index: u32) -> usize {
         index as usize % self.works.len()
+    }
+
+    /// WQEs copied into the kernel and not yet completed.
+    pub(crate) fn held(&self) -> u32 {
+        self.fetched.wrapping_sub(self.consumer)
+    }
+
+    /// How many more WQEs may be fetched: of the `posted` ones the ring holds (the producer
+    /// index minus our consumer index), those not fetched yet, as far as the kernel copies
+    /// go. `None` if the process moved its producer index back below what was fetched.
+    fn fetchable(&self, posted: u32) -> Option<u32> {
+        let new = posted.checked_sub(self.held())?;
+        Some(new.min((self.works.len() as u32).saturating_sub(self.held())))
     }
 
     /// The work at SQ index `index`.
@@ -188,12 +214,14 @@ impl Requester {
         self.read_asked_again = None;
         self.noack_pkts = 0;
         self.rnr_wait = false;
+        self.timer_armed = false;
         self.window = SendWindow::default();
     }
 
     /// Starts sending at `sq_psn` (move to RTS).
     pub(crate) fn start(&mut self, sq_psn: Psn, retry_cnt: u8, rnr_retry: u8) {
         self.next_psn = sq_psn;
+        self.sent_end = sq_psn;
         self.acked_psn = sq_psn;
         self.retries_left = retry_cnt;
         self.rnr_left = rnr_retry;
@@ -241,13 +269,21 @@ impl Requester {
                     .sq
                     .read(index, core::mem::size_of::<SendWqe>() + i * core::mem::size_of::<Sge>())
                     .map_err(|_| wc_status::LOC_QP_OP_ERR)?;
-                total += u64::from(sge.length);
+                // At most 32 lengths below 2^32 each: cannot overflow, checked all the same.
+                total = total.checked_add(u64::from(sge.length)).ok_or(wc_status::LOC_LEN_ERR)?;
                 self.sges[slot * self.max_sge + i] = sge;
             }
             total
         };
         if len > u64::from(limits::MAX_MSG_SIZE) {
             return Err(wc_status::LOC_LEN_ERR);
+        }
+        // A remote range that wraps past 2^64 lies in no MR: fail it as any responder would
+        // (remote access error), without putting a wrapped address on the wire. (It may end
+        // at 2^64 itself: its last byte is the last address.)
+        let rdma = matches!(wqe.opcode, send_opcode::RDMA_WRITE | send_opcode::RDMA_WRITE_WITH_IMM | send_opcode::RDMA_READ);
+        if rdma && len.checked_sub(1).is_some_and(|last| wqe.remote_addr.checked_add(last).is_none()) {
+            return Err(wc_status::REM_ACCESS_ERR);
         }
         let mut wqe = wqe;
         if !inline {
@@ -261,38 +297,14 @@ impl Requester {
 }
 
 /// Copies the payload bytes at message offset `offset` of the work at `index` into `out`.
-fn gather(dev: &Device<RxeDevice>, pd: u32, req: &Requester, index: u32, offset: u32, out: &mut [u8]) -> core::result::Result<(), u32> {
-    let w = req.work(index);
-    if w.wqe.flags & send_flags::INLINE != 0 {
-        let src = req.inline_of(index).get(offset as usize..offset as usize + out.len()).ok_or(wc_status::LOC_LEN_ERR)?;
-        out.copy_from_slice(src);
+fn gather(dev: &Device<RxeDevice>, pd: PdId, req: &Requester, index: u32, offset: u32, out: &mut [u8]) -> core::result::Result<(), u32> {
+    if req.work(index).wqe.flags & send_flags::INLINE != 0 {
+        let start = offset as usize;
+        let end = start.checked_add(out.len()).ok_or(wc_status::LOC_LEN_ERR)?;
+        out.copy_from_slice(req.inline_of(index).get(start..end).ok_or(wc_status::LOC_LEN_ERR)?);
         return Ok(());
     }
-    let mut skip = u64::from(offset);
-    let mut out = out;
-    for sge in req.sges_of(index) {
-        if out.is_empty() {
-            break;
-        }
-        let len = u64::from(sge.length);
-        if skip >= len {
-            skip -= len;
-            continue;
-        }
-        let n = (len - skip).min(out.len() as u64) as usize;
-        let mr = dev.lookup_mr(sge.lkey).ok_or(wc_status::LOC_PROT_ERR)?;
-        let (chunk, rest) = out.split_at_mut(n);
-        mr.read(pd, sge.addr + skip, chunk, 0).map_err(|e| match e {
-            AccessError::OutOfBounds | AccessError::Denied => wc_status::LOC_PROT_ERR,
-        })?;
-        out = rest;
-        skip = 0;
-    }
-    if out.is_empty() {
-        Ok(())
-    } else {
-        Err(wc_status::LOC_LEN_ERR)
-    }
+    sgl::gather(dev, pd, req.sges_of(index), u64::from(offset), out)
 }
 
 /// What a requester run ended with.
@@ -312,10 +324,11 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> (bo
     let req = &mut s.req;
     // Copy out what the process posted.
     let producer = qp.sq.load(RingIndex::Producer);
-    if qp.sq.geometry().occupancy(producer, req.consumer).is_none() {
+    // Read once: the process may move it while we work, and the loop must not follow.
+    let Some(new) = qp.sq.geometry().occupancy(producer, req.consumer).and_then(|posted| req.fetchable(posted)) else {
         return (false, RunEnd::BrokenRing);
-    }
-    while req.fetched != producer {
+    };
+    for _ in 0..new {
         let index = req.fetched;
         if let Err(status) = req.fetch_one(qp, index) {
             req.fetched = req.fetched.wrapping_add(1);
@@ -382,9 +395,14 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> (bo
         if index == req.started_end {
             req.started_end = index.wrapping_add(1);
         }
-        req.noack_pkts = if ack_req { 0 } else { req.noack_pkts + 1 };
+        req.noack_pkts = if ack_req { 0 } else { req.noack_pkts.saturating_add(1) };
         let w = req.work_mut(index);
         w.sent += psns;
+        let end = w.first_psn.add(w.sent);
+        if end.diff(req.sent_end) > 0 {
+            req.sent_end = end;
+        }
+        let w = req.work_mut(index);
         if w.is_read() {
             w.reads_out += 1;
             req.reads_in_flight += 1;
@@ -414,14 +432,19 @@ fn send_packet(
     let w = req.work(index);
     let av = *av;
     if w.is_read() {
-        // The responses from `sent` on: a part of the message, or after a loss its rest.
-        let skip = w.sent * mtu.bytes();
-        let dma_len = (w.len - skip).min(responses * mtu.bytes());
+        // The responses from `sent` on: a part of the message, or after a loss its rest. The
+        // remote range was checked at fetch; checked again rather than trusted.
+        let skip = w.sent.checked_mul(mtu.bytes()).filter(|&skip| skip < w.len || w.len == 0);
+        let va = skip.and_then(|skip| w.wqe.remote_addr.checked_add(u64::from(skip)));
+        let (Some(skip), Some(va)) = (skip, va) else {
+            return Err(TxError::Payload(wc_status::REM_ACCESS_ERR));
+        };
+        let dma_len = (w.len - skip).min(responses.saturating_mul(mtu.bytes()));
         let frame = Frame {
             av,
             sport: qp.sport,
             bth: bth(crate::proto::opcode::Opcode::RC_READ_REQUEST.0, dest_qpn, w.first_psn.add(w.sent), true, false),
-            reth: Some(Reth { va: w.wqe.remote_addr + u64::from(skip), rkey: w.wqe.rkey, dma_len }),
+            reth: Some(Reth { va, rkey: w.wqe.rkey, dma_len }),
             aeth: None,
             immdt: None,
             payload_len: 0,
@@ -432,7 +455,7 @@ fn send_packet(
     let info = seg.opcode.info();
     let (has_reth, has_imm) = info.map_or((false, false), |i| (i.reth, i.immdt));
     // The last packet the window allows asks too, or the window would only reopen by timeout.
-    let ack_req = seg.last || window_edge || req.noack_pkts + 1 >= PACKETS_PER_ACK_REQ;
+    let ack_req = seg.last || window_edge || req.noack_pkts.saturating_add(1) >= PACKETS_PER_ACK_REQ;
     let solicited = seg.last && w.wqe.flags & send_flags::SOLICITED != 0;
     let frame = Frame {
         av,
@@ -462,17 +485,22 @@ pub(crate) fn bth(opcode: u8, dest_qp: u32, psn: Psn, ack_req: bool, solicited: 
     }
 }
 
-/// Takes whatever the process posted off the ring, unvalidated, so that it can be flushed:
-/// only the id and opcode of each WQE are used.
-pub(crate) fn fetch_for_flush(qp: &QpInner, req: &mut Requester) {
-    let producer = qp.sq.load(RingIndex::Producer);
-    if qp.sq.geometry().occupancy(producer, req.consumer).is_none() {
-        return; // a corrupt ring: nothing in it can be trusted, or flushed
-    }
-    while req.fetched != producer {
+/// Takes WQEs the process posted, up to ring index `end`, off the ring unvalidated so that
+/// they can be flushed (only the id and opcode of each are used), as far as the kernel copies
+/// go. `end` is a producer index read once and checked by the caller.
+pub(crate) fn fetch_for_flush(qp: &QpInner, req: &mut Requester, end: u32) {
+    while req.fetched != end && (req.held() as usize) < req.works.len() {
         let index = req.fetched;
         let wqe: SendWqe = qp.sq.read(index, 0).unwrap_or_default();
         *req.work_mut(index) = SendWork { wqe, ..Default::default() };
         req.fetched = req.fetched.wrapping_add(1);
     }
+}
+
+/// The producer index of the SQ, if it is consistent with what the kernel took: the end of
+/// what a flush may take off the ring.
+pub(crate) fn flush_end(qp: &QpInner, req: &Requester) -> Option<u32> {
+    let producer = qp.sq.load(RingIndex::Producer);
+    let posted = qp.sq.geometry().occupancy(producer, req.consumer)?;
+    (posted >= req.held()).then_some(producer)
 }

@@ -20,11 +20,11 @@ use crate::{
         mmap::RingIndex,
     },
     limits,
-    mr::AccessError,
     proto::{
+        admit::{admit, Refusal},
         av::AddressVector,
         headers::{Aeth, NakCode, Reth, Syndrome, AETH_NO_CREDITS},
-        opcode::Opcode,
+        opcode::{Opcode, Transport},
         packet::Datagram,
         psn::Psn,
         read_reply::{ReadReplies, ReadReply, Response, MAX_READ_REPLIES},
@@ -34,6 +34,7 @@ use crate::{
     },
     qp::{self, state, QpInner, QpState},
     requester::bth,
+    sgl,
     transmit::{Transmitter, TxError},
     uapi::{wc_flags, wc_opcode, wc_status, Cqe, RecvWqe, Sge},
 };
@@ -51,6 +52,7 @@ pub(crate) struct RecvInProgress {
 #[derive(Clone, Copy)]
 pub(crate) struct WriteInProgress {
     rkey: u32,
+    /// Where the next packet lands (its first packet checked the whole range against the MR).
     va: u64,
     /// Bytes still to come.
     resid: u32,
@@ -82,7 +84,7 @@ pub(crate) struct Responder {
 impl Responder {
     /// A responder in RESET (allocates its READ reply slots).
     pub(crate) fn new() -> Result<Self> {
-        let slots = KVec::from_elem(ReadReply::default(), MAX_READ_REPLIES, GFP_KERNEL)?;
+        let slots = KVec::from_elem(ReadReply::default(), MAX_READ_REPLIES, GFP_KERNEL_ACCOUNT)?;
         Ok(Self {
             seq: ResponderSeq::default(),
             recv: None,
@@ -162,32 +164,17 @@ fn take_recv_wqe(qp: &QpInner, rq_consumer: u32, recv: &mut Option<RecvInProgres
     Ok(true)
 }
 
-/// Copies `data` into the WQE's buffers after what is already there.
-fn scatter(dev: &Device<RxeDevice>, pd: u32, recv: &mut RecvInProgress, mut data: &[u8]) -> core::result::Result<(), u32> {
-    let mut skip = recv.received;
-    for sge in &recv.sges[..recv.num_sge] {
-        if data.is_empty() {
-            break;
-        }
-        let len = u64::from(sge.length);
-        if skip >= len {
-            skip -= len;
-            continue;
-        }
-        let n = (len - skip).min(data.len() as u64) as usize;
-        let mr = dev.lookup_mr(sge.lkey).ok_or(wc_status::LOC_PROT_ERR)?;
-        mr.write(pd, sge.addr + skip, &data[..n], access::LOCAL_WRITE).map_err(|e| match e {
-            AccessError::OutOfBounds | AccessError::Denied => wc_status::LOC_PROT_ERR,
-        })?;
-        recv.received += n as u64;
-        data = &data[n..];
-        skip = 0;
-    }
-    if data.is_empty() {
-        Ok(())
-    } else {
-        Err(wc_status::LOC_LEN_ERR)
-    }
+/// Copies `data` into the WQE's buffers after what is already there; a message longer than
+/// `max_msg_sz` fails as one longer than the buffers.
+fn scatter(dev: &Device<RxeDevice>, pd: crate::mr::PdId, recv: &mut RecvInProgress, data: &[u8]) -> core::result::Result<(), u32> {
+    let received = recv
+        .received
+        .checked_add(data.len() as u64)
+        .filter(|&n| n <= u64::from(limits::MAX_MSG_SIZE))
+        .ok_or(wc_status::LOC_LEN_ERR)?;
+    sgl::scatter(dev, pd, &recv.sges[..recv.num_sge], recv.received, data)?;
+    recv.received = received;
+    Ok(())
 }
 
 /// Posts the receive completion of the WQE in `s.resp.recv` and retires it.
@@ -205,19 +192,27 @@ fn complete_recv(qp: &QpInner, s: &mut QpState, status: u32, opcode: u32, byte_l
         wc_flags: if imm.is_some() && status == wc_status::SUCCESS { wc_flags::WITH_IMM } else { 0 },
         ..Default::default()
     };
-    // A full CQ raises IB_EVENT_CQ_ERR inside `post`.
-    let _ = RxeCq::post(qp.links.recv.get(), &cqe, solicited);
+    // A full CQ raises IB_EVENT_CQ_ERR inside `post`; the QP then enters the error state.
+    if RxeCq::post(qp.links.recv.get(), &cqe, solicited).is_err() {
+        qp.completion_lost();
+    }
 }
 
-/// Completes every posted receive WQE with WR_FLUSH_ERR (the QP is in the error state).
+/// Completes every posted receive WQE with WR_FLUSH_ERR (the QP is in the error state): the
+/// one in progress, then what the ring held when the flush began. The producer index is read
+/// once, so a process posting meanwhile cannot keep the flush going; what it posts later is
+/// flushed by the doorbell the ring's flags ask for.
 pub(crate) fn flush_rq(qp: &QpInner, s: &mut QpState) {
-    loop {
-        if s.resp.recv.is_none() {
-            match take_recv_wqe(qp, s.resp.rq_consumer, &mut s.resp.recv) {
-                Ok(true) | Err(RqError::BadWqe) => {}
-                // Nothing posted, or a ring too corrupt to read: nothing more to flush.
-                Ok(false) | Err(RqError::BrokenRing) => return,
-            }
+    if s.resp.recv.is_some() {
+        complete_recv(qp, s, wc_status::WR_FLUSH_ERR, wc_opcode::RECV, 0, None, false);
+    }
+    let producer = qp.rq.load(RingIndex::Producer);
+    // A ring too corrupt to read: nothing in it can be flushed.
+    let Some(posted) = qp.rq.geometry().occupancy(producer, s.resp.rq_consumer) else { return };
+    for _ in 0..posted {
+        match take_recv_wqe(qp, s.resp.rq_consumer, &mut s.resp.recv) {
+            Ok(true) | Err(RqError::BadWqe) => {}
+            Ok(false) | Err(RqError::BrokenRing) => return,
         }
         complete_recv(qp, s, wc_status::WR_FLUSH_ERR, wc_opcode::RECV, 0, None, false);
     }
@@ -259,8 +254,14 @@ fn answers_requests(s: &QpState) -> bool {
 fn queue_read(qp: &Arc<QpInner>, s: &mut QpState, reth: &Reth, psn: Psn, repeated: bool) -> core::result::Result<(), Failure> {
     let mtu = s.attrs.path_mtu;
     let reply = ReadReply::new(reth.rkey, reth.va, reth.dma_len, psn, s.resp.seq.msn, mtu);
+    // The requester may have `max_dest_rd_atomic` READs outstanding (our responder resources;
+    // 0 counts as 1, as a requester with `max_rd_atomic` 0 still sends one): one more is an
+    // invalid request. Replies fully sent leave the queue at once, so only those still owed
+    // count. A repeated READ replaces what is owed from its PSN on.
+    if !repeated && s.resp.reads.len() >= usize::from(s.attrs.max_dest_rd_atomic.max(1)) {
+        return Err(Failure::Invalid);
+    }
     let queued = if repeated { s.resp.reads.repeat(reply, mtu) } else { s.resp.reads.push(reply) };
-    // Full only if the requester has more READs outstanding than `max_dest_rd_atomic`.
     queued.map_err(|_| Failure::Invalid)?;
     qp::schedule_read_replies(qp);
     Ok(())
@@ -290,8 +291,14 @@ pub(crate) fn send_read_replies(dev: &Device<RxeDevice>, qp: &Arc<QpInner>) {
         };
         reply.sent_one();
         let rkey = reply.rkey;
+        // Owed no more once its last response is on its way: it leaves the queue now (the
+        // queue's length is what `max_dest_rd_atomic` limits).
+        let finished = reply.done();
+        if finished {
+            s.resp.reads.pop();
+        }
         budget -= 1;
-        if send_read_response(dev, qp, s, &av, &tx, rkey, &response).is_err() {
+        if send_read_response(dev, qp, s, &av, &tx, rkey, &response).is_err() && !finished {
             // The MR went away or the packet was dropped: the requester asks again for the
             // rest, and finds out then.
             s.resp.reads.pop();
@@ -330,6 +337,9 @@ fn check_remote(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpState, reth: &Reth,
     if s.attrs.access & rights != rights {
         return Err(Failure::Access);
     }
+    if reth.dma_len > limits::MAX_MSG_SIZE {
+        return Err(Failure::Invalid); // longer than `max_msg_sz`
+    }
     if reth.dma_len == 0 {
         return Ok(());
     }
@@ -341,13 +351,33 @@ fn check_remote(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpState, reth: &Reth,
 pub(crate) fn handle_request(dev: &Device<RxeDevice>, qp: &Arc<QpInner>, d: &Datagram<'_>) -> Counter {
     let mut guard = qp.state.lock();
     let s = &mut *guard;
+    let counter = handle_request_locked(dev, qp, s, d);
+    qp.settle(s);
+    counter
+}
+
+/// The counter a refused datagram moves.
+pub(crate) fn refusal_counter(r: Refusal) -> Counter {
+    match r {
+        Refusal::WrongTransport => Counter::RcvdWrongTransport,
+        Refusal::WrongPeer => Counter::RcvdWrongPeer,
+        Refusal::BadPkey => Counter::RcvdBadPkey,
+    }
+}
+
+/// Checks that `d` may act on the QP at all: its connected peer, RC, our partition. Dropped
+/// silently otherwise, as rdma_rxe does (a NAK would answer whoever forged it).
+pub(crate) fn check_admitted(s: &QpState, d: &Datagram<'_>) -> core::result::Result<(), Counter> {
+    let av = s.attrs.av.as_ref().ok_or(Counter::RcvdQpNotReady)?;
+    admit(d, Transport::Rc, limits::DEFAULT_PKEY, av).map_err(refusal_counter)
+}
+
+fn handle_request_locked(dev: &Device<RxeDevice>, qp: &Arc<QpInner>, s: &mut QpState, d: &Datagram<'_>) -> Counter {
     if !answers_requests(s) {
         return Counter::RcvdQpNotReady;
     }
-    if d.info.ieth || d.info.atomic_eth {
-        // SEND WITH INVALIDATE and atomics are not offered (no MWs, atomic_cap NONE).
-        send_ack(dev, qp, s, Syndrome::Nak(NakCode::InvalidRequest), d.bth.psn);
-        return Counter::RcvdUnsupported;
+    if let Err(counter) = check_admitted(s, d) {
+        return counter;
     }
     let psn = d.bth.psn;
     match s.resp.seq.classify(d.bth.op(), &d.info, psn, d.payload.len() as u32, s.attrs.path_mtu) {
@@ -368,6 +398,12 @@ pub(crate) fn handle_request(dev: &Device<RxeDevice>, qp: &Arc<QpInner>, d: &Dat
             fail(dev, qp, s, Failure::Invalid, psn);
             return Counter::RcvdInvalidRequest;
         }
+    }
+    if d.info.ieth || d.info.atomic_eth {
+        // SEND WITH INVALIDATE and atomics are not offered (no MWs, atomic_cap NONE): from
+        // our peer, in sequence, that is an invalid request.
+        fail(dev, qp, s, Failure::Invalid, psn);
+        return Counter::RcvdUnsupported;
     }
     let reth = if d.info.reth { Reth::parse(d.ext_headers) } else { None };
     let imm = if d.info.immdt { d.ext_headers.get(d.ext_headers.len() - 4..).and_then(|b| b.try_into().ok()) } else { None };
@@ -481,8 +517,12 @@ fn execute_write(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, d: &Dat
         let mr = dev.lookup_mr(w.rkey).ok_or(Failure::Access)?;
         mr.write(qp.pd, w.va, d.payload, access::REMOTE_WRITE).map_err(|_| Failure::Access)?;
     }
-    w.va += u64::from(n);
     w.resid -= n;
+    if w.resid > 0 {
+        // Still inside the range checked at the first packet; checked all the same. (After
+        // the last packet the end may be 2^64 itself, which is not an address.)
+        w.va = w.va.checked_add(u64::from(n)).ok_or(Failure::Access)?;
+    }
     let dma_len = w.dma_len;
     if d.info.is_last {
         s.resp.write = None;

@@ -22,6 +22,7 @@ mod pd;
 mod qp;
 mod recv;
 mod requester;
+mod sgl;
 mod responder;
 mod table;
 mod transmit;

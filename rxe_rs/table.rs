@@ -2,15 +2,73 @@
 //! Index tables: small integers naming objects the datapath looks up (MR keys, QP numbers).
 //! Lookups hand out an `Arc`, so an object outlives its removal from the table for as long as
 //! an operation in flight still uses it.
+//!
+//! Slots live in chunks allocated (in process context, before the lock is taken) as the table
+//! grows, and never move; freed slots are linked through themselves into a FIFO list. So the
+//! table's memory is bounded by the most objects it ever held, however many come and go, and
+//! nothing larger than the small chunk directory is allocated under its BH-safe lock.
 
 use crate::kext::lock::{new_spinlock_bh, SpinLockBh};
 use kernel::{prelude::*, sync::Arc};
 
+/// Slots per chunk.
+const CHUNK: usize = 1024;
+/// "No slot" in the free list.
+const NONE: u32 = u32::MAX;
+
+enum Slot<T> {
+    /// Free; the next free slot in FIFO order, or `NONE`.
+    Free(u32),
+    /// Handed out by `insert_with`, whose object is being made.
+    Reserved,
+    Used(Arc<T>),
+}
+
 struct Slots<T> {
-    slots: KVec<Option<Arc<T>>>,
-    /// Indices freed, reused oldest first (FIFO), so a stale key is unlikely to hit a new object.
-    free: KVec<u32>,
-    next_free: usize,
+    chunks: KVec<KVec<Slot<T>>>,
+    /// Slots ever handed out: `0..used_end`.
+    used_end: u32,
+    /// Oldest and newest free slot below `used_end` (reused oldest first, so that a stale key
+    /// is unlikely to hit a new object).
+    free_head: u32,
+    free_tail: u32,
+}
+
+impl<T> Slots<T> {
+    fn slot_mut(&mut self, slot: u32) -> Option<&mut Slot<T>> {
+        let slot = slot as usize;
+        self.chunks.get_mut(slot / CHUNK)?.get_mut(slot % CHUNK)
+    }
+
+    fn capacity(&self) -> u32 {
+        // At most `max` / CHUNK + 1 chunks: no overflow for any `max` below 2^32 - CHUNK.
+        (self.chunks.len() * CHUNK) as u32
+    }
+
+    /// Takes the oldest free slot, marked reserved.
+    fn pop_free(&mut self) -> Option<u32> {
+        let slot = self.free_head;
+        let entry = self.slot_mut(slot)?;
+        let Slot::Free(next) = *entry else { return None };
+        *entry = Slot::Reserved;
+        self.free_head = next;
+        if next == NONE {
+            self.free_tail = NONE;
+        }
+        Some(slot)
+    }
+
+    /// Frees `slot` (reserved, or just emptied), newest in the list.
+    fn push_free(&mut self, slot: u32) {
+        let Some(entry) = self.slot_mut(slot) else { return };
+        *entry = Slot::Free(NONE);
+        let tail = self.free_tail;
+        match self.slot_mut(tail) {
+            Some(Slot::Free(next)) => *next = slot,
+            _ => self.free_head = slot,
+        }
+        self.free_tail = slot;
+    }
 }
 
 /// Objects by index, `first..first + max`.
@@ -26,10 +84,11 @@ pub(crate) struct IndexTable<T> {
 impl<T> IndexTable<T> {
     /// An empty table handing out indices from `first`, at most `max` of them.
     pub(crate) fn new(first: u32, max: u32) -> impl PinInit<Self> {
+        let slots = Slots { chunks: KVec::new(), used_end: 0, free_head: NONE, free_tail: NONE };
         pin_init!(Self {
             first,
             max,
-            inner <- new_spinlock_bh!(Slots { slots: KVec::new(), free: KVec::new(), next_free: 0 }, "rxe_rs_table"),
+            inner <- new_spinlock_bh!(slots, "rxe_rs_table"),
         })
     }
 
@@ -39,50 +98,79 @@ impl<T> IndexTable<T> {
     }
 
     /// Stores the object `make` builds for a free index; the index is reserved (lookups find
-    /// nothing) while `make` runs, which may sleep. Returns the index.
+    /// nothing) while `make` runs, which may sleep. Returns the index. Process context.
     pub(crate) fn insert_with(&self, make: impl FnOnce(u32) -> Result<Arc<T>>) -> Result<u32> {
-        let slot = {
-            let mut t = self.inner.lock();
-            if t.next_free < t.free.len() {
-                let slot = t.free[t.next_free];
-                t.next_free += 1;
-                slot
-            } else {
-                let slot = t.slots.len() as u32;
-                if slot >= self.max {
-                    return Err(ENOMEM);
-                }
-                t.slots.push(None, GFP_ATOMIC)?;
-                slot
-            }
-        };
-        let index = self.first + slot;
+        let slot = self.reserve()?;
+        let index = self.first.checked_add(slot).ok_or(ENOMEM)?;
         match make(index) {
             Ok(object) => {
-                self.inner.lock().slots[slot as usize] = Some(object);
+                if let Some(entry) = self.inner.lock().slot_mut(slot) {
+                    *entry = Slot::Used(object);
+                }
                 Ok(index)
             }
             Err(e) => {
-                let mut t = self.inner.lock();
-                let _ = t.free.push(slot, GFP_ATOMIC);
+                self.inner.lock().push_free(slot);
                 Err(e)
+            }
+        }
+    }
+
+    /// Reserves a slot: the oldest free one, or a new one (allocating a chunk, outside the
+    /// lock, when the table is full up to its capacity).
+    fn reserve(&self) -> Result<u32> {
+        loop {
+            {
+                let mut t = self.inner.lock();
+                if let Some(slot) = t.pop_free() {
+                    return Ok(slot);
+                }
+                if t.used_end >= self.max {
+                    return Err(ENOMEM);
+                }
+                if t.used_end < t.capacity() {
+                    let slot = t.used_end;
+                    t.used_end += 1;
+                    if let Some(entry) = t.slot_mut(slot) {
+                        *entry = Slot::Reserved;
+                    }
+                    return Ok(slot);
+                }
+            }
+            // Not charged to the caller: the chunk lives as long as the device.
+            let mut chunk = KVec::with_capacity(CHUNK, GFP_KERNEL)?;
+            for _ in 0..CHUNK {
+                // Within the capacity just allocated: cannot fail.
+                chunk.push(Slot::Free(NONE), GFP_KERNEL)?;
+            }
+            let mut t = self.inner.lock();
+            // Another insert may have added one meanwhile: then ours is dropped (after the lock).
+            if t.used_end >= t.capacity() {
+                // The directory itself is small (one entry per CHUNK slots).
+                t.chunks.push(chunk, GFP_ATOMIC)?;
             }
         }
     }
 
     /// The object at `index`.
     pub(crate) fn get(&self, index: u32) -> Option<Arc<T>> {
-        let slot = index.checked_sub(self.first)? as usize;
-        self.inner.lock().slots.get(slot)?.clone()
+        let slot = index.checked_sub(self.first)?;
+        match self.inner.lock().slot_mut(slot)? {
+            Slot::Used(object) => Some(object.clone()),
+            _ => None,
+        }
     }
 
     /// Removes and returns the object at `index`.
     pub(crate) fn remove(&self, index: u32) -> Option<Arc<T>> {
         let slot = index.checked_sub(self.first)?;
         let mut t = self.inner.lock();
-        let object = t.slots.get_mut(slot as usize)?.take()?;
-        // If this allocation fails the index is simply never reused.
-        let _ = t.free.push(slot, GFP_ATOMIC);
+        let entry = t.slot_mut(slot)?;
+        if !matches!(entry, Slot::Used(_)) {
+            return None;
+        }
+        let Slot::Used(object) = core::mem::replace(entry, Slot::Reserved) else { return None };
+        t.push_free(slot);
         Some(object)
     }
 }

@@ -18,35 +18,18 @@ scribbles=(rq_indices_scribbled rq_wqe_scribbled sq_indices_scribbled sq_wqe_scr
 recoveries=(rnr_retry_exhausted rnr_waits_for_a_receive retry_cnt_exhausted)
 ktap_print_header
 ktap_set_plan $((${#checks[@]} + ${#scribbles[@]} + ${#recoveries[@]} + 1))
-reset_modules
+reset_or_bail
 make_veth veth0 veth1 10.11.0.1/24
 rdma link add "$DEV" type rxe_rs netdev veth0
 wait_for 30 gid_present "$DEV" "0000:0000:0000:0000:0000:ffff:0a0b:0001"
 
-# One process runs the checks of each file (a Python start costs seconds in a TCG guest); each
-# result is reported as it comes.
-run_checks() {
-	local file=$1 line name c
-	shift
-	declare -A seen
-	while IFS= read -r line; do
-		case $line in
-		"ok "*) seen[${line#ok }]=1; ktap_test_pass "${line#ok }" ;;
-		"not ok "*) name=${line#not ok }; name=${name%%:*}; seen[$name]=1; echo "# $line"; ktap_test_fail "$name" ;;
-		*) echo "# $line" ;;
-		esac
-	done < <(timeout 900 /usr/bin/python3 "$(dirname "$0")/guest/$file" "$DEV" "$@" 2>&1)
-	for c in "$@"; do
-		[[ -n ${seen[$c]:-} ]] || ktap_test_fail "$c (no result: the check hung or crashed)"
-	done
-}
-run_checks rdma_data.py "${checks[@]}"
-run_checks ring_scribble.py "${scribbles[@]}"
-run_checks rc_recovery.py "${recoveries[@]}"
+run_py_checks rdma_data.py "${checks[@]}"
+run_py_checks ring_scribble.py "${scribbles[@]}"
+run_py_checks rc_recovery.py "${recoveries[@]}"
 rdma statistic show link "$DEV/1" | sed 's/^/# /'
 counter() { rdma statistic show link "$DEV/1" | grep -oE "(^| )$1 [0-9]+" | awk '{print $2}'; }
 check "the remote access errors were NAKed and counted" test "$(counter rcvd_invalid_request)" -ge 5
 
 rdma link delete "$DEV"
-reset_modules
+reset_or_bail
 ktap_finished

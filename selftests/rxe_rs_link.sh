@@ -8,7 +8,7 @@ DEV=rxers0
 
 ktap_print_header
 ktap_set_plan 21
-reset_modules
+reset_or_bail
 make_veth veth0 veth1 10.11.0.1/24
 ip -6 addr add fd00:11::1/64 dev veth0 nodad
 
@@ -74,5 +74,5 @@ modprobe rdma_rxe
 check "with rdma_rxe loaded, modprobe rxe_rs fails with EADDRINUSE" \
 	fails_with "Address already in use" modprobe rxe_rs
 modprobe -r rdma_rxe
-reset_modules
+reset_or_bail
 ktap_finished

@@ -8,7 +8,7 @@ verbs() { /usr/bin/python3 "$(dirname "$0")/guest/verbs.py" "$DEV" "$@"; }
 
 ktap_print_header
 ktap_set_plan 18
-reset_modules
+reset_or_bail
 make_veth veth0 veth1 10.11.0.1/24
 rdma link add "$DEV" type rxe_rs netdev veth0
 
@@ -45,5 +45,5 @@ check "a killed process's MRs are released" wait_for 10 no_objects_left mr
 check "a killed process's QPs are released" wait_for 10 no_objects_left qp
 check "rdma link delete after that" rdma link delete "$DEV"
 check "rmmod after that" modprobe -r rxe_rs
-reset_modules
+reset_or_bail
 ktap_finished

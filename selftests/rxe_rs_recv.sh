@@ -8,8 +8,8 @@ DEV=rxers0
 here=$(dirname "$0")
 
 ktap_print_header
-ktap_set_plan 13
-reset_modules
+ktap_set_plan 20
+reset_or_bail
 ip netns del rxpeer 2>/dev/null
 ip netns add rxpeer
 ip link add veth0 type veth peer name veth1
@@ -25,6 +25,9 @@ counter_is() { [[ $(counter "$1") == "$2" ]]; }
 # -S: no site packages to scan (roce_send.py needs only the standard library); starting Python
 # is what this test spends most of its time on in a TCG guest.
 send() { ip netns exec rxpeer /usr/bin/python3 -I -S "$here/guest/roce_send.py" 10.11.0.2 10.11.0.1 "$@"; }
+# The same, claiming another source address (the raw socket writes whatever it is given).
+send_from() { local src=$1; shift; ip netns exec rxpeer /usr/bin/python3 -I -S "$here/guest/roce_send.py" "$src" 10.11.0.1 "$@"; }
+peer_gid=0000:0000:0000:0000:0000:ffff:0a0b:0002
 
 rdma statistic show link "$DEV/1" | sed 's/^/# /'
 check "the port counters exist and start at 0" bash -c \
@@ -54,18 +57,29 @@ reap "$QPHOLDER_PID"
 # SENDs from the wire into posted receives: single packet, and FIRST + LAST across the MTU
 # scattered over two SGEs. A PSN gap and a SEND with no receive left are dropped and counted.
 gid=$(gid_index "$DEV" "0000:0000:0000:0000:0000:ffff:0a0b:0001")
-coproc RECV { /usr/bin/python3 -u "$here/guest/recv_target.py" "$DEV" "$gid"; }
+coproc RECV { /usr/bin/python3 -u "$here/guest/recv_target.py" "$DEV" "$gid" "$peer_gid"; }
 read -r -t 300 rqpn <&"${RECV[0]}"
+# Before the real SENDs, packets the QP must drop without a NAK or a change of state (each
+# would otherwise move it to ERR and the SENDs after them would not land): a UD SEND, a SEND
+# from an address that is not the QP's peer, and a SEND with a foreign P_Key, all at PSN 0.
+wrong_transport=$(counter rcvd_wrong_transport) wrong_peer=$(counter rcvd_wrong_peer) bad_pkey=$(counter rcvd_bad_pkey)
+send "$rqpn" op:0x64:0:8:u,op:0x04:0:8:k:0x1234
+send_from 10.11.0.3 "$rqpn" op:0x04:0:8:x
 # SEND ONLY at PSN 0, SEND FIRST at 1, SEND LAST at 2.
 send "$rqpn" op:0x04:0:8:r,op:0x00:1:1024:A,op:0x02:2:100:B
 echo >&"${RECV[1]}"
 read -r -t 300 verdict <&"${RECV[0]}"
 echo "# recv_target: $verdict"
 check "SENDs land in posted receives and complete (ibv_poll_cq)" test "$verdict" = received
+check "a UD opcode for an RC QP is dropped and counted in rcvd_wrong_transport" \
+	test "$(counter rcvd_wrong_transport)" = $((wrong_transport + 1))
+check "a request from another source than the QP's peer is dropped (rcvd_wrong_peer)" \
+	test "$(counter rcvd_wrong_peer)" = $((wrong_peer + 1))
+check "a request with a foreign P_Key is dropped (rcvd_bad_pkey)" test "$(counter rcvd_bad_pkey)" = $((bad_pkey + 1))
 reap "$RECV_PID"
 seq_before=$(counter rcvd_seq_err)
 rnr_before=$(counter rcvd_rnr)
-coproc RECV2 { /usr/bin/python3 -u "$here/guest/recv_target.py" "$DEV" "$gid"; }
+coproc RECV2 { /usr/bin/python3 -u "$here/guest/recv_target.py" "$DEV" "$gid" "$peer_gid"; }
 read -r -t 300 rqpn <&"${RECV2[0]}"
 send "$rqpn" op:0x04:5:8:z      # a gap: PSN 5 while 0 is expected
 check "a PSN gap counts in rcvd_seq_err" wait_for 10 counter_is rcvd_seq_err $((seq_before + 1))
@@ -81,9 +95,9 @@ reap "$RECV2_PID"
 # lockup watchdog at 2 s (watchdog_thresh 1) a CPU held that long shows in dmesg, which the
 # suite checks. A small READ after it is answered too.
 READ_SIZE=$((16 << 20))
-# The responses go to the peer namespace, which drops them (no socket on 4791 there).
-peer_gid=0000:0000:0000:0000:0000:ffff:0a0b:0002
-coproc READER { /usr/bin/python3 -u "$here/guest/read_target.py" "$DEV" "$gid" "$peer_gid" "$READ_SIZE"; }
+# The responses go to the peer namespace, which drops them (no socket on 4791 there). Two
+# READs outstanding: the QP grants two responder resources (max_dest_rd_atomic).
+coproc READER { /usr/bin/python3 -u "$here/guest/read_target.py" "$DEV" "$gid" "$peer_gid" "$READ_SIZE" 2; }
 read -r -t 300 read_qpn rkey va <&"${READER[0]}"
 thresh=$(cat /proc/sys/kernel/watchdog_thresh)
 echo 1 >/proc/sys/kernel/watchdog_thresh
@@ -100,6 +114,35 @@ echo "$thresh" >/proc/sys/kernel/watchdog_thresh
 echo >&"${READER[1]}"
 reap "$READER_PID"
 
+# max_dest_rd_atomic 1: a second READ while the first's 1024 responses are still owed is an
+# invalid request (NAKed, the QP enters ERR); before, the responder queued up to 129.
+coproc READER1 { /usr/bin/python3 -u "$here/guest/read_target.py" "$DEV" "$gid" "$peer_gid" $((1 << 20)) 1; }
+read -r -t 300 read_qpn rkey va <&"${READER1[0]}"
+invalid_before=$(counter rcvd_invalid_request)
+send "$read_qpn" "read:0:$va:$rkey:$((1 << 20)),read:1024:$va:$rkey:8"
+check "a READ beyond max_dest_rd_atomic is an invalid request" \
+	wait_for 30 counter_is rcvd_invalid_request $((invalid_before + 1))
+echo >&"${READER1[1]}"
+reap "$READER1_PID"
+
+# A requester's QP with an 8-byte WRITE in flight at PSN 0: an ACK for a PSN it never sent is
+# dropped (a blind, spoofed ACK must not complete it); the real ACK for PSN 0 completes it.
+coproc ACKER { /usr/bin/python3 -u "$here/guest/ack_target.py" "$DEV" "$gid" "$peer_gid"; }
+read -r -t 300 ack_qpn <&"${ACKER[0]}"
+stale_before=$(counter rcvd_stale_response)
+send "$ack_qpn" ack:0x100:1,ack:0xfffff0:1
+check "ACKs for PSNs never sent are dropped (rcvd_stale_response)" \
+	wait_for 10 counter_is rcvd_stale_response $((stale_before + 2))
+echo none >&"${ACKER[1]}"
+read -r -t 60 verdict <&"${ACKER[0]}"
+check "... and complete nothing" test "$verdict" = pending
+send "$ack_qpn" ack:0:1
+echo done >&"${ACKER[1]}"
+read -r -t 60 verdict <&"${ACKER[0]}"
+check "the ACK for the PSN sent completes the WRITE" test "$verdict" = completed
+echo quit >&"${ACKER[1]}"
+reap "$ACKER_PID"
+
 before=$(( $(counter rcvd_malformed) + $(counter rcvd_icrc_err) ))
 send 0x123456 garbage 2000
 all_counted() { (( $(counter rcvd_malformed) + $(counter rcvd_icrc_err) - before == 2000 )); }
@@ -109,5 +152,5 @@ check "the device still works after that" bash -c "ibv_devinfo -d $DEV | grep -q
 
 rdma link delete "$DEV"
 ip netns del rxpeer
-reset_modules
+reset_or_bail
 ktap_finished

@@ -7,7 +7,7 @@ use crate::{
     send::{init_qp_ex, supported_send_ops, SendQueue},
 };
 use core::ffi::c_int;
-use rxe_rs_uapi::{CreateQpResp, RecvWqe, RingGeometry, Sge};
+use rxe_rs_uapi::{CreateQpResp, RecvWqe, RingGeometry, Sge, RING_FLAG_FLUSH};
 use std::{
     mem::{offset_of, size_of_val, MaybeUninit},
     sync::Mutex,
@@ -191,7 +191,9 @@ pub unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
     ret
 }
 
-/// `ibv_post_recv`: writes receive WQEs into the mapped RQ and publishes them; no syscall.
+/// `ibv_post_recv`: writes receive WQEs into the mapped RQ and publishes them; no syscall,
+/// except in the error state, where the ring's flags ask for the doorbell so that the kernel
+/// flushes them.
 ///
 /// # Safety
 ///
@@ -239,6 +241,11 @@ pub unsafe extern "C" fn post_recv(ibqp: *mut ibv_qp, mut wr: *mut ibv_recv_wr, 
         wr = w.next;
     }
     rq.set_producer(producer);
+    if rq.flags_after_fence() & RING_FLAG_FLUSH != 0 {
+        // The WQEs are posted either way; the doorbell only has them flushed sooner than the
+        // next one would.
+        let _ = crate::send::ring_doorbell(ibqp, crate::send::Doorbell::Recv);
+    }
     if ret != 0 {
         // SAFETY: valid out-pointer.
         unsafe { *bad = wr };

@@ -1,7 +1,7 @@
 //! The user side of a ring the kernel allocated: mapped from the uverbs fd.
 
 use core::sync::atomic::{AtomicU32, Ordering};
-use rxe_rs_uapi::{MmapInfo, RingGeometry, RING_CONSUMER_OFFSET, RING_PRODUCER_OFFSET};
+use rxe_rs_uapi::{MmapInfo, RingGeometry, RING_CONSUMER_OFFSET, RING_FLAGS_OFFSET, RING_PRODUCER_OFFSET};
 use std::io;
 
 /// A mapped ring; unmapped on drop.
@@ -59,6 +59,13 @@ impl MappedRing {
     /// The consumer index (acquire).
     pub fn consumer(&self) -> u32 {
         self.index(RING_CONSUMER_OFFSET).load(Ordering::Acquire)
+    }
+
+    /// The flags the kernel sets (`RING_FLAG_*`), read after a full fence: whatever this side
+    /// stored before (its producer index) is visible to the kernel before the flags are read.
+    pub fn flags_after_fence(&self) -> u32 {
+        core::sync::atomic::fence(Ordering::SeqCst);
+        self.index(RING_FLAGS_OFFSET).load(Ordering::Acquire)
     }
 
     /// Publishes the producer index (release).

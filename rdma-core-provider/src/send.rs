@@ -63,19 +63,33 @@ fn qp_of<'a>(ibqp: *mut ibv_qp) -> &'a Qp {
     unsafe { &*ibqp.cast::<Qp>() }
 }
 
-/// The doorbell: tells the kernel the SQ has new WQEs.
-fn ring_doorbell(ibqp: *mut ibv_qp) -> c_int {
+/// Which queue a doorbell is for.
+#[derive(Clone, Copy)]
+pub enum Doorbell {
+    /// New send WQEs.
+    Send,
+    /// New receive WQEs while the QP is in the error state (to be flushed).
+    Recv,
+}
+
+/// The doorbell: tells the kernel a queue has new WQEs (`POST_SEND` or `POST_RECV` with no
+/// work requests: the WQEs are in the ring). Their commands share one layout.
+pub fn ring_doorbell(ibqp: *mut ibv_qp, which: Doorbell) -> c_int {
     #[repr(C)]
     struct Cmd {
         hdr: ib_uverbs_cmd_hdr,
         core: ib_uverbs_post_send,
     }
+    let (command, wqe_size) = match which {
+        Doorbell::Send => (IB_USER_VERBS_CMD_POST_SEND, size_of::<ib_uverbs_send_wr>()),
+        Doorbell::Recv => (IB_USER_VERBS_CMD_POST_RECV, size_of::<ib_uverbs_recv_wr>()),
+    };
     let mut resp = ib_uverbs_post_send_resp::default();
     // SAFETY: a live QP of ours and its context.
     let (handle, fd) = unsafe { ((*ibqp).handle, (*(*ibqp).context).cmd_fd) };
     let cmd = Cmd {
         hdr: ib_uverbs_cmd_hdr {
-            command: IB_USER_VERBS_CMD_POST_SEND,
+            command,
             in_words: (size_of::<Cmd>() / 4) as u16,
             out_words: (size_of::<ib_uverbs_post_send_resp>() / 4) as u16,
         },
@@ -84,7 +98,7 @@ fn ring_doorbell(ibqp: *mut ibv_qp) -> c_int {
             qp_handle: handle,
             wr_count: 0,
             sge_count: 0,
-            wqe_size: size_of::<ib_uverbs_send_wr>() as u32,
+            wqe_size: wqe_size as u32,
             ..Default::default()
         },
     };
@@ -219,7 +233,7 @@ pub unsafe extern "C" fn post_send(ibqp: *mut ibv_qp, mut wr: *mut ibv_send_wr, 
     sq.set_producer(producer);
     qp.send.lock.unlock();
     if posted {
-        let e = ring_doorbell(ibqp);
+        let e = ring_doorbell(ibqp, Doorbell::Send);
         if e != 0 && ret == 0 {
             ret = e;
         }
@@ -321,7 +335,7 @@ unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
     sq.set_producer(next);
     qp.send.lock.unlock();
     if next != start {
-        return ring_doorbell(qpx.cast());
+        return ring_doorbell(qpx.cast(), Doorbell::Send);
     }
     0
 }

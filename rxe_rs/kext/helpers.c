@@ -129,9 +129,17 @@ struct ib_udata *rxe_rs_helper_bundle_udata(struct uverbs_attr_bundle *attrs)
 	return attrs ? &attrs->driver_udata : NULL;
 }
 
-void *rxe_rs_helper_vmalloc_user(unsigned long size)
+/* A ring's VMA: it cannot grow by mremap, and stays out of core dumps (remap_vmalloc_range's
+ * flags, which the page-by-page mapping does not set). */
+void rxe_rs_helper_vma_set_ring_flags(struct vm_area_struct *vma)
 {
-	return vmalloc_user(size);
+	vm_flags_set(vma, VM_DONTEXPAND | VM_DONTDUMP);
+}
+
+/* Zeroed and charged to the caller's memory cgroup (vmalloc_user cannot charge). */
+void *rxe_rs_helper_vzalloc_account(unsigned long size)
+{
+	return __vmalloc(size, GFP_KERNEL_ACCOUNT | __GFP_ZERO);
 }
 
 /* Lists the pinned pages of a umem in order; returns how many there are. */

@@ -55,7 +55,9 @@ void rxe_rs_helper_spin_unlock_bh(spinlock_t *lock);
 void rxe_rs_helper_link_lock(void);
 void rxe_rs_helper_link_unlock(void);
 
-void *rxe_rs_helper_vmalloc_user(unsigned long size);
+void *rxe_rs_helper_vzalloc_account(unsigned long size);
+struct vm_area_struct;
+void rxe_rs_helper_vma_set_ring_flags(struct vm_area_struct *vma);
 
 struct ib_ucontext *rxe_rs_helper_udata_to_ucontext(struct ib_udata *udata);
 struct ib_udata *rxe_rs_helper_bundle_udata(struct uverbs_attr_bundle *attrs);

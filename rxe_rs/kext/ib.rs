@@ -260,6 +260,9 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     /// The send-queue doorbell: user space posted WQEs into the QP's ring (`post_send` with
     /// no kernel work requests).
     fn post_send(dev: &Device<Self>, qp: &Qp<Self>) -> Result;
+    /// The receive-queue doorbell: user space posted receive WQEs into the QP's ring while the
+    /// ring asked to be told (`post_recv` with no kernel work requests).
+    fn post_recv(dev: &Device<Self>, qp: &Qp<Self>) -> Result;
 
     /// What a memory region holds.
     type Mr: Send + Sync;
@@ -570,7 +573,8 @@ impl<T: Driver> NewDevice<T> {
         // SAFETY: unregistered device we own.
         unsafe {
             (*self.raw()).uverbs_cmd_mask |= (1u64 << bindings::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_REQ_NOTIFY_CQ)
-                | (1u64 << bindings::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POST_SEND);
+                | (1u64 << bindings::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POST_SEND)
+                | (1u64 << bindings::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POST_RECV);
         }
     }
 
@@ -633,6 +637,7 @@ impl<T: Driver> Adapter<T> {
             query_qp: Some(Self::query_qp),
             destroy_qp: Some(Self::destroy_qp),
             post_send: Some(Self::post_send),
+            post_recv: Some(Self::post_recv),
             size_ib_qp: core::mem::size_of::<Qp<T>>(),
             reg_user_mr: Some(Self::reg_user_mr),
             get_dma_mr: Some(Self::get_dma_mr),
@@ -911,27 +916,52 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
-    /// Turns a driver's MR (and key) into the `ib_mr` pointer, or ERR_PTR, the core expects.
-    fn mr_result(result: Result<(T::Mr, u32)>) -> *mut bindings::ib_mr {
-        match result.and_then(|(data, key)| Self::new_mr(data, key)) {
+    /// `ib_device_ops.post_recv`: the receive doorbell (see [`Driver::post_recv`]).
+    ///
+    /// # Safety
+    ///
+    /// Called by the core with a live QP of ours and valid pointers.
+    unsafe extern "C" fn post_recv(
+        qp: *mut bindings::ib_qp,
+        wr: *const bindings::ib_recv_wr,
+        bad_wr: *mut *const bindings::ib_recv_wr,
+    ) -> kernel::ffi::c_int {
+        // As for sends: only the user-space doorbell, an empty list.
+        if !wr.is_null() {
+            // SAFETY: the caller passes a valid out-pointer with a list.
+            unsafe { *bad_wr = wr };
+            return super::errno::eopnotsupp().to_errno();
+        }
+        from_result(|| {
+            // SAFETY: a live QP of ours.
+            unsafe { T::post_recv(Self::dev((*qp).device), Qp::<T>::from_raw(qp))? };
+            Ok(0)
+        })
+    }
+
+    /// Runs the driver's `register` and turns its MR (and key) into the `ib_mr` pointer, or
+    /// ERR_PTR, the core expects. The `ib_mr` is allocated first: once the driver has
+    /// registered (a key in its table, pages pinned), nothing can fail and leak that.
+    fn mr_result(register: impl FnOnce() -> Result<(T::Mr, u32)>) -> *mut bindings::ib_mr {
+        let result = KBox::<Mr<T>>::new_uninit(GFP_KERNEL_ACCOUNT)
+            .map_err(Error::from)
+            .and_then(|slot| register().map(|(data, key)| Self::new_mr(slot, data, key)));
+        match result {
             Ok(mr) => mr,
             Err(e) => e.to_ptr(),
         }
     }
 
-    /// Allocates the driver-owned `ib_mr` around `data` and fills in its keys.
-    fn new_mr(data: T::Mr, key: u32) -> Result<*mut bindings::ib_mr> {
-        let mr = KBox::new(
-            Mr::<T> { ib: Opaque::new(Default::default()), data },
-            GFP_KERNEL,
-        )?;
+    /// Fills the driver-owned `ib_mr` around `data` in `slot` and its keys.
+    fn new_mr(slot: KBox<core::mem::MaybeUninit<Mr<T>>>, data: T::Mr, key: u32) -> *mut bindings::ib_mr {
+        let mr = KBox::write(slot, Mr::<T> { ib: Opaque::new(Default::default()), data });
         let raw = KBox::into_raw(mr).cast::<bindings::ib_mr>();
         // SAFETY: a fresh allocation; the core fills the rest after we return.
         unsafe {
             (*raw).lkey = key;
             (*raw).rkey = key;
         }
-        Ok(raw)
+        raw
     }
 
     unsafe extern "C" fn reg_user_mr(
@@ -942,15 +972,17 @@ impl<T: Driver> Adapter<T> {
         access: kernel::ffi::c_int,
         udata: *mut bindings::ib_udata,
     ) -> *mut bindings::ib_mr {
-        // SAFETY: a live PD of ours and the verb's udata.
-        Self::mr_result(unsafe {
-            T::reg_user_mr(Self::dev((*pd).device), Pd::<T>::from_raw(pd), start, len, iova, access, &Udata::from_raw(udata))
+        Self::mr_result(|| {
+            // SAFETY: a live PD of ours and the verb's udata.
+            unsafe {
+                T::reg_user_mr(Self::dev((*pd).device), Pd::<T>::from_raw(pd), start, len, iova, access, &Udata::from_raw(udata))
+            }
         })
     }
 
     unsafe extern "C" fn get_dma_mr(pd: *mut bindings::ib_pd, access: kernel::ffi::c_int) -> *mut bindings::ib_mr {
         // SAFETY: a live PD of ours.
-        Self::mr_result(unsafe { T::get_dma_mr(Self::dev((*pd).device), Pd::<T>::from_raw(pd), access) })
+        Self::mr_result(|| unsafe { T::get_dma_mr(Self::dev((*pd).device), Pd::<T>::from_raw(pd), access) })
     }
 
     unsafe extern "C" fn dereg_mr(mr: *mut bindings::ib_mr, _udata: *mut bindings::ib_udata) -> kernel::ffi::c_int {

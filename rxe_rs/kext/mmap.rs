@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
-//! Kernel memory mapped into one process (the rings): vmalloc'ed, registered as an
+//! Kernel memory mapped into one process (the rings): vmalloc'ed and charged to the process's
+//! memory cgroup, registered as an
 //! `rdma_user_mmap_entry` so that `mmap(2)` on the uverbs fd at [`UserBuffer::mmap_offset`] maps
 //! it, and a ring view over it.
 //!
@@ -9,7 +10,7 @@
 //! after destroying the object only ever sees memory nobody else uses.
 
 use super::{bindings, object::UContext};
-use crate::uapi::{RingGeometry, RING_CONSUMER_OFFSET, RING_PRODUCER_OFFSET};
+use crate::uapi::{RingGeometry, RING_CONSUMER_OFFSET, RING_FLAGS_OFFSET, RING_PRODUCER_OFFSET};
 use core::{
     ptr::NonNull,
     sync::atomic::{AtomicU32, Ordering},
@@ -24,6 +25,8 @@ use kernel::{
 struct MmapEntry {
     rdma: bindings::rdma_user_mmap_entry,
     buf: *mut kernel::ffi::c_void,
+    /// Bytes of `buf` (whole pages).
+    len: usize,
 }
 
 /// A zeroed, page-aligned buffer that user space can map once it knows the offset.
@@ -44,10 +47,10 @@ impl UserBuffer {
         if len == 0 || len % kernel::page::PAGE_SIZE != 0 {
             return Err(EINVAL);
         }
-        // SAFETY: plain allocation; vmalloc_user memory is zeroed and may be mapped to user space.
-        let buf = unsafe { bindings::rxe_rs_helper_vmalloc_user(len as _) };
+        // SAFETY: plain allocation of zeroed memory, charged to the caller's memory cgroup.
+        let buf = unsafe { bindings::rxe_rs_helper_vzalloc_account(len as _) };
         let base = NonNull::new(buf.cast::<u8>()).ok_or(ENOMEM)?;
-        let entry = match KBox::new(MmapEntry { rdma: Default::default(), buf }, GFP_KERNEL) {
+        let entry = match KBox::new(MmapEntry { rdma: Default::default(), buf, len }, GFP_KERNEL_ACCOUNT) {
             Ok(e) => KBox::into_raw(e),
             Err(e) => {
                 // SAFETY: allocated above, never shared.
@@ -110,10 +113,41 @@ pub(super) unsafe extern "C" fn mmap(
         return EINVAL.to_errno();
     }
     // SAFETY: all our entries are `MmapEntry`s (first field), and the reference keeps it alive.
-    let ret = unsafe { bindings::remap_vmalloc_range(vma, (*entry.cast::<MmapEntry>()).buf, 0) };
+    let (buf, len) = unsafe { ((*entry.cast::<MmapEntry>()).buf, (*entry.cast::<MmapEntry>()).len) };
+    // SAFETY: the VMA is the caller's, its mmap lock held for writing; `buf` holds `len` bytes,
+    // which is the VMA's size (`rdma_user_mmap_entry_get` checked it).
+    let ret = unsafe { insert_pages(vma, buf.cast::<u8>(), len) };
     // SAFETY: drops the reference taken by `rdma_user_mmap_entry_get`.
     unsafe { bindings::rdma_user_mmap_entry_put(entry) };
     ret
+}
+
+/// Maps the `len` bytes of vmalloc memory at `buf` into `vma`, page by page (each mapped
+/// page takes a reference of its own, so it outlives `vfree` until unmapped).
+///
+/// # Safety
+///
+/// `vma` is live with its mmap lock held for writing and spans exactly `len` bytes; `buf` is
+/// a vmalloc allocation of at least `len` bytes.
+unsafe fn insert_pages(vma: *mut bindings::vm_area_struct, buf: *mut u8, len: usize) -> kernel::ffi::c_int {
+    // SAFETY: per the caller, the VMA is live and its mmap lock held for writing.
+    let start = unsafe {
+        bindings::rxe_rs_helper_vma_set_ring_flags(vma);
+        (*vma).__bindgen_anon_1.__bindgen_anon_1.vm_start
+    };
+    let mut offset = 0;
+    while offset < len {
+        // SAFETY: `offset < len`, inside the allocation; each page of it is a vmalloc page.
+        let ret = unsafe {
+            let page = bindings::vmalloc_to_page(buf.add(offset).cast());
+            bindings::vm_insert_page(vma, start + offset as kernel::ffi::c_ulong, page)
+        };
+        if ret != 0 {
+            return ret;
+        }
+        offset += kernel::page::PAGE_SIZE;
+    }
+    0
 }
 
 /// `ib_device_ops.mmap_free`: the last reference to an entry is gone.
@@ -135,6 +169,8 @@ pub(crate) enum RingIndex {
     Producer,
     /// Written by the consumer.
     Consumer,
+    /// The flags word (`uapi::RING_FLAG_*`), written by the kernel only.
+    Flags,
 }
 
 /// A ring in a [`UserBuffer`] shared with user space.
@@ -167,8 +203,9 @@ impl SharedRing {
         let offset = match which {
             RingIndex::Producer => RING_PRODUCER_OFFSET,
             RingIndex::Consumer => RING_CONSUMER_OFFSET,
+            RingIndex::Flags => RING_FLAGS_OFFSET,
         };
-        // SAFETY: both offsets are 4-byte aligned and inside the buffer (it has at least one
+        // SAFETY: the offsets are 4-byte aligned and inside the buffer (it has at least one
         // page); an `AtomicU32` may alias memory another agent accesses atomically.
         unsafe { &*self.buf.base.as_ptr().add(offset).cast::<AtomicU32>() }
     }

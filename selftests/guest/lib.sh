@@ -58,9 +58,10 @@ gid_index() {
 module_loaded() { [[ -d /sys/module/$1 ]]; }
 unload() { modprobe -r "$1" 2>/dev/null; ! module_loaded "$1"; }
 
-# Unloads rxe_rs (and rdma_rxe) so a test starts from nothing.
+# Unloads rxe_rs (and rdma_rxe) so a test starts from nothing. Fails (after saying why) if a
+# driver stays loaded or a device stays behind: a leaked reference is a bug of its own.
 reset_modules() {
-	local dev
+	local dev rc=0
 	for dev in /sys/class/infiniband/*; do
 		[[ -e $dev ]] && rdma link delete "$(basename "$dev")" 2>/dev/null
 	done
@@ -70,12 +71,23 @@ reset_modules() {
 	local m
 	for m in rxe_rs rdma_rxe; do
 		module_loaded "$m" || continue
-		wait_for 60 unload "$m" ||
-			echo "# reset: $m stays loaded (refcnt $(cat "/sys/module/$m/refcnt"), holders: $(ls "/sys/module/$m/holders"))"
+		wait_for 60 unload "$m" && continue
+		echo "# reset: $m stays loaded (refcnt $(cat "/sys/module/$m/refcnt"), holders: $(ls "/sys/module/$m/holders"))"
+		rc=1
 	done
-	[[ -z $(ls /sys/class/infiniband 2>/dev/null) ]] || echo "# reset: ib devices left: $(ls /sys/class/infiniband)"
+	if [[ -n $(ls /sys/class/infiniband 2>/dev/null) ]]; then
+		echo "# reset: ib devices left: $(ls /sys/class/infiniband)"
+		rc=1
+	fi
 	ip link del veth0 2>/dev/null || true
 	ip link del veth2 2>/dev/null || true
+	return $rc
+}
+
+# reset_modules for a single-VM test script: a driver that stays loaded ends the script as
+# failed (KTAP "Bail out!").
+reset_or_bail() {
+	reset_modules || ktap_exit_fail_msg "a driver or device stayed behind (see above)"
 }
 
 # One KTAP result: "description" COMMAND... (ktap_test_result splits arguments; this does not).
@@ -94,4 +106,22 @@ check() {
 	((took > 20)) && echo "# ($took s)"
 	CHECK_MARK=$SECONDS
 	return $rc
+}
+
+# Runs the CHECKs of guest/FILE (pyverbs) against $DEV in one process (a Python start costs
+# seconds in a TCG guest), reporting each result as it comes: run_py_checks FILE CHECK...
+run_py_checks() {
+	local file=$1 line name c
+	shift
+	declare -A seen
+	while IFS= read -r line; do
+		case $line in
+		"ok "*) seen[${line#ok }]=1; ktap_test_pass "${line#ok }" ;;
+		"not ok "*) name=${line#not ok }; name=${name%%:*}; seen[$name]=1; echo "# $line"; ktap_test_fail "$name" ;;
+		*) echo "# $line" ;;
+		esac
+	done < <(timeout 900 /usr/bin/python3 "$RXE_RS_ROOT/selftests/guest/$file" "$DEV" "$@" 2>&1)
+	for c in "$@"; do
+		[[ -n ${seen[$c]:-} ]] || ktap_test_fail "$c (no result: the check hung or crashed)"
+	done
 }

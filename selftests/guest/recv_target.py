@@ -1,5 +1,7 @@
 """Holds an RC QP in RTR (rq_psn 0) with two receives posted, for crafted SENDs to land in.
 
+Usage: recv_target.py DEV GID_INDEX DGID   (DGID: the peer the crafted packets come from)
+
 Prints the QP number, waits for a line on stdin (the SENDs were sent), then polls the CQ and
 checks: receive 1 got 8 x "r"; receive 2, split over two SGEs (1000 + 1048 bytes), got
 1024 x "A" then 100 x "B". Exits non-zero with the reason otherwise.
@@ -17,7 +19,7 @@ from pyverbs.wr import RecvWR, SGE
 import pyverbs.enums as e
 
 
-def rtr_qp(dev, gid_index, post=lambda qp, pd: None, access=0, cap=None, dgid=None):
+def rtr_qp(dev, gid_index, post=lambda qp, pd: None, access=0, cap=None, dgid=None, max_dest_rd_atomic=1):
     """An RC QP of device DEV in RTR (rq_psn 0, path MTU 1024) from the GID at GID_INDEX to
     DGID (default: that GID itself), whose dest_qp_num (0x99) is what the crafted packets claim
     to come from; POST(qp, pd) runs in INIT. Returns (ctx, pd, cq, qp): the caller keeps them
@@ -32,7 +34,8 @@ def rtr_qp(dev, gid_index, post=lambda qp, pd: None, access=0, cap=None, dgid=No
     qp.modify(init, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
     post(qp, pd)
     rtr = QPAttr(qp_state=e.IBV_QPS_RTR)
-    rtr.path_mtu, rtr.dest_qp_num, rtr.rq_psn, rtr.max_dest_rd_atomic, rtr.min_rnr_timer = e.IBV_MTU_1024, 0x99, 0, 1, 12
+    rtr.path_mtu, rtr.dest_qp_num, rtr.rq_psn, rtr.min_rnr_timer = e.IBV_MTU_1024, 0x99, 0, 12
+    rtr.max_dest_rd_atomic = max_dest_rd_atomic
     gid = GID(dgid) if dgid else ctx.query_gid(1, gid_index)
     rtr.ah_attr = AHAttr(is_global=1, port_num=1, gr=GlobalRoute(dgid=gid, sgid_index=gid_index))
     qp.modify(rtr, e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN | e.IBV_QP_RQ_PSN
@@ -41,7 +44,7 @@ def rtr_qp(dev, gid_index, post=lambda qp, pd: None, access=0, cap=None, dgid=No
 
 
 def main():
-    dev, gid_index = sys.argv[1], int(sys.argv[2])
+    dev, gid_index, dgid = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     small = big = None
 
     def post(qp, pd):
@@ -52,7 +55,7 @@ def main():
         qp.post_recv(RecvWR(wr_id=1, num_sge=1, sg=[SGE(small.buf, 64, small.lkey)]))
         qp.post_recv(RecvWR(wr_id=2, num_sge=2, sg=[SGE(big.buf, 1000, big.lkey), SGE(big.buf + 1000, 1048, big.lkey)]))
 
-    ctx, pd, cq, qp = rtr_qp(dev, gid_index, post)
+    ctx, pd, cq, qp = rtr_qp(dev, gid_index, post, dgid=dgid)
     print(qp.qp_num, flush=True)
     sys.stdin.readline()
 

@@ -2,8 +2,9 @@
 
 Usage: roce_send.py SRC_IP DST_IP QPN KIND[,KIND...] [COUNT]
 KIND: valid | bad_icrc | truncated | bad_opcode | garbage
-      | op:OPCODE:PSN:LEN:CHAR  (a well-formed packet: opcode, PSN, LEN bytes of CHAR)
+      | op:OPCODE:PSN:LEN:CHAR[:PKEY]  (a well-formed packet: opcode, PSN, LEN bytes of CHAR)
       | read:PSN:VA:RKEY:LEN    (an RDMA READ request for LEN bytes at VA under RKEY)
+      | ack:PSN:MSN             (an RC ACKNOWLEDGE with an ACK AETH)
 Several comma-separated KINDs go out in order, COUNT times each (a Python start costs seconds
 in a TCG guest: batch what can be batched).
 """
@@ -28,12 +29,12 @@ def icrc(pkt):
     return zlib.crc32(bytes(m) + pkt[40:], ~ICRC_SEED & 0xFFFFFFFF)
 
 
-def datagram(src, dst, qpn, opcode=0x04, payload=b"rxe_rs!!", psn=0):
+def datagram(src, dst, qpn, opcode=0x04, payload=b"rxe_rs!!", psn=0, pkey=0xFFFF):
     udp_len = 8 + 12 + len(payload) + 4
     ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + udp_len, 0x1234, 0x4000, 64, 17, 0,
                      socket.inet_aton(src), socket.inet_aton(dst))
     udp = struct.pack("!HHHH", 0xC000, 4791, udp_len, 0)
-    bth = struct.pack("!BBHI I", opcode, 0x40, 0xFFFF, qpn & 0xFFFFFF, psn & 0xFFFFFF)
+    bth = struct.pack("!BBHI I", opcode, 0x40, pkey, qpn & 0xFFFFFF, psn & 0xFFFFFF)
     body = ip + udp + bth + payload
     return body + struct.pack("<I", icrc(body))
 
@@ -43,9 +44,13 @@ def packet(src, dst, qpn, kind, rng):
         psn, va, rkey, length = (int(x, 0) for x in kind.split(":")[1:])
         reth = struct.pack("!QII", va, rkey, length)
         return datagram(src, dst, qpn, opcode=0x0C, psn=psn, payload=reth)
+    if kind.startswith("ack:"):
+        psn, msn = (int(x, 0) for x in kind.split(":")[1:])
+        return datagram(src, dst, qpn, opcode=0x11, psn=psn, payload=struct.pack("!I", 0x1F << 24 | msn & 0xFFFFFF))
     if kind.startswith("op:"):
-        _, op, psn, length, char = kind.split(":")
-        return datagram(src, dst, qpn, opcode=int(op, 0), psn=int(psn, 0), payload=char.encode() * int(length))
+        _, op, psn, length, char, *pkey = kind.split(":")
+        return datagram(src, dst, qpn, opcode=int(op, 0), psn=int(psn, 0), payload=char.encode() * int(length),
+                        pkey=int(pkey[0], 0) if pkey else 0xFFFF)
     pkt = bytearray(datagram(src, dst, qpn))
     if kind == "bad_icrc":
         pkt[-1] ^= 0xFF

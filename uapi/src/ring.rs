@@ -5,6 +5,7 @@
 //! ```text
 //! offset 0                 producer index (u32, free-running)
 //! offset 64                consumer index (u32, free-running)
+//! offset 68                flags (u32, written by the kernel only; send and receive queues)
 //! offset RING_DATA_OFFSET  slot[0], slot[1], ... slot[slots - 1]   (slot = index & (slots - 1))
 //! ```
 //!
@@ -16,6 +17,14 @@
 pub const RING_PRODUCER_OFFSET: usize = 0;
 /// Offset of the consumer index (a different cache line from the producer's).
 pub const RING_CONSUMER_OFFSET: usize = 64;
+/// Offset of the flags word: on the consumer's cache line, because for the queues that have
+/// flags (send and receive queues) the consumer is the kernel, which alone writes them.
+pub const RING_FLAGS_OFFSET: usize = 68;
+/// Flag: the QP is in the error state. Receive WQEs posted now complete (flushed) only when the
+/// kernel is told: after publishing its producer index, the provider reads the flags (with a
+/// full fence between the two) and, if this is set, rings the receive doorbell.
+pub const RING_FLAG_FLUSH: u32 = 1;
+
 /// Offset of slot 0.
 pub const RING_DATA_OFFSET: usize = 128;
 
@@ -82,6 +91,13 @@ mod tests {
         assert_eq!(RingGeometry::for_entries(64, 64).slots(), 64);
         assert_eq!(g.slot_offset(129), RING_DATA_OFFSET + 128);
         assert_eq!(g.mapped_bytes(4096), 4096 * 5);
+    }
+
+    #[test]
+    fn flags_share_the_consumers_cache_line_only() {
+        assert_eq!(RING_FLAGS_OFFSET / 64, RING_CONSUMER_OFFSET / 64);
+        assert!(RING_FLAGS_OFFSET >= RING_CONSUMER_OFFSET + 4 && RING_FLAGS_OFFSET + 4 <= RING_DATA_OFFSET);
+        assert_eq!(RING_FLAGS_OFFSET % 4, 0);
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //! so an ACK that goes past a READ whose responses did not all arrive means they were lost: the
 //! READ is resent from its first missing response ("implied NAK"). NAKs carry the PSN the
 //! responder expected: everything before it is acknowledged.
+// Values from the wire: no arithmetic that can overflow, wrap or divide by zero unchecked.
+#![deny(clippy::arithmetic_side_effects)]
 
 use super::{
     headers::{NakCode, Syndrome},
@@ -74,7 +76,7 @@ pub fn on_aeth(spans: impl IntoIterator<Item = Span>, syndrome: Syndrome, psn: P
             // Acknowledged past a READ whose last response we never saw: it was lost.
             return AckOutcome { completed, then: AfterAck::RetryFrom(span.first) };
         }
-        completed += 1;
+        completed = completed.saturating_add(1);
     }
     let then = match (syndrome, next) {
         (Syndrome::Ack { .. }, _) => AfterAck::Nothing,

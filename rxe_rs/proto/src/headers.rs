@@ -1,4 +1,6 @@
 //! Transport headers: parse from and write to big-endian wire bytes.
+// Values from the wire: no arithmetic that can overflow, wrap or divide by zero unchecked.
+#![deny(clippy::arithmetic_side_effects)]
 
 use super::{
     opcode::{Opcode, AETH_BYTES, BTH_BYTES, RETH_BYTES},

@@ -5,6 +5,7 @@
 #![cfg_attr(not(MODULE), no_std)]
 
 pub mod addr;
+pub mod admit;
 pub mod av;
 pub mod completer;
 pub mod headers;

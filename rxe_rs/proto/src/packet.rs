@@ -1,6 +1,8 @@
 //! Validating a received RoCEv2 datagram before anything is looked up from it: lengths, BTH
 //! version, known opcode, header room, ICRC (rdma_rxe once computed lengths from an unknown
 //! opcode and read out of bounds: here nothing is trusted before it is checked).
+// Values from the wire: no arithmetic that can overflow, wrap or divide by zero unchecked.
+#![deny(clippy::arithmetic_side_effects)]
 
 use super::{
     headers::Bth,
@@ -23,6 +25,10 @@ pub enum DropReason {
 /// A datagram that passed every check.
 #[derive(Debug)]
 pub struct Datagram<'a> {
+    /// The IP source address, as a GID (IPv4 addresses are IPv4-mapped).
+    pub src_gid: [u8; 16],
+    /// The IP destination address, as a GID (likewise).
+    pub dst_gid: [u8; 16],
     /// Its base transport header.
     pub bth: Bth,
     /// What its opcode carries.
@@ -39,6 +45,30 @@ fn be16(b: &[u8]) -> u16 {
 
 /// The destination address of the IP datagram `ip` (4 bytes for IPv4, 16 for IPv6), or `None`
 /// if `ip` does not start with a whole IPv4 or IPv6 header.
+/// `::ffff:a.b.c.d` for IPv4 address `a`.
+fn v4_mapped(a: &[u8]) -> [u8; 16] {
+    let mut gid = [0u8; 16];
+    gid[10] = 0xff;
+    gid[11] = 0xff;
+    gid[12..].copy_from_slice(a);
+    gid
+}
+
+fn gid_of(a: &[u8]) -> [u8; 16] {
+    let mut gid = [0u8; 16];
+    gid.copy_from_slice(a);
+    gid
+}
+
+/// The source address of an IP datagram (4 or 16 bytes), if it has an IP header.
+pub fn source_address(ip: &[u8]) -> Option<&[u8]> {
+    match ip.first().map(|b| b >> 4) {
+        Some(4) if ip.len() >= IPV4_HDR_BYTES => Some(&ip[12..16]),
+        Some(6) if ip.len() >= IPV6_HDR_BYTES => Some(&ip[8..24]),
+        _ => None,
+    }
+}
+
 pub fn destination_address(ip: &[u8]) -> Option<&[u8]> {
     match ip.first().map(|b| b >> 4) {
         Some(4) if ip.len() >= IPV4_HDR_BYTES => Some(&ip[16..20]),
@@ -63,7 +93,7 @@ pub fn parse<'a>(ip: &'a [u8], crc: &impl Crc32) -> Result<Datagram<'a>, DropRea
             if ip[6] != 17 {
                 return Err(Malformed);
             }
-            (IPV6_HDR_BYTES, IPV6_HDR_BYTES + be16(&ip[4..]) as usize)
+            (IPV6_HDR_BYTES, IPV6_HDR_BYTES.saturating_add(be16(&ip[4..]).into()))
         }
         _ => return Err(Malformed),
     };
@@ -81,15 +111,22 @@ pub fn parse<'a>(ip: &'a [u8], crc: &impl Crc32) -> Result<Datagram<'a>, DropRea
     let header_len = info.header_len();
     let payload_end = transport
         .len()
-        .checked_sub(ICRC_BYTES + bth.pad as usize)
+        .checked_sub(ICRC_BYTES.saturating_add(bth.pad.into()))
         .filter(|&end| end >= header_len)
         .ok_or(Malformed)?;
-    let (body, wire_icrc) = pkt.split_at(pkt.len() - ICRC_BYTES);
+    let (body, wire_icrc) = pkt.split_at(pkt.len().saturating_sub(ICRC_BYTES));
     let wire_icrc = u32::from_le_bytes([wire_icrc[0], wire_icrc[1], wire_icrc[2], wire_icrc[3]]);
     if icrc(crc, body) != Some(wire_icrc) {
         return Err(DropReason::BadIcrc);
     }
+    let (src_gid, dst_gid) = if ip_len == IPV4_HDR_BYTES {
+        (v4_mapped(&ip[12..16]), v4_mapped(&ip[16..20]))
+    } else {
+        (gid_of(&ip[8..24]), gid_of(&ip[24..40]))
+    };
     Ok(Datagram {
+        src_gid,
+        dst_gid,
         bth,
         info,
         ext_headers: &transport[BTH_BYTES..header_len],

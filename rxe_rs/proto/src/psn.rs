@@ -1,4 +1,6 @@
 //! Packet sequence numbers: 24-bit, compared modulo 2^24 (IBA 9.7.1).
+// Values from the wire: no arithmetic that can overflow, wrap or divide by zero unchecked.
+#![deny(clippy::arithmetic_side_effects)]
 
 /// PSNs and MSNs are 24 bits wide.
 pub const PSN_MASK: u32 = 0x00ff_ffff;

@@ -6,6 +6,8 @@
 //! are executed at once, but their ACKs wait until the queue is empty, so the requester sees
 //! responses in PSN order. A repeated (duplicate) READ request restarts the responses from its
 //! PSN: what the queue owes from that PSN on is replaced by it.
+// Values from the wire: no arithmetic that can overflow, wrap or divide by zero unchecked.
+#![deny(clippy::arithmetic_side_effects)]
 
 use core::ops::DerefMut;
 
@@ -73,22 +75,26 @@ impl ReadReply {
         }
         let count = self.packets(mtu);
         let i = self.sent;
-        let offset = i * mtu.bytes();
-        let len = if self.len - offset < mtu.bytes() { self.len - offset } else { mtu.bytes() };
-        let last = i + 1 == count;
+        // `sent < end <= count`: the offset lies inside the request, whose range the responder
+        // checked against the MR. Checked anyway: a reply that would wrap simply ends.
+        let Some(offset) = i.checked_mul(mtu.bytes()) else { return None };
+        let Some(rest) = self.len.checked_sub(offset) else { return None };
+        let Some(va) = self.va.checked_add(offset as u64) else { return None };
+        let len = if rest < mtu.bytes() { rest } else { mtu.bytes() };
+        let last = i.saturating_add(1) == count;
         Some(Response {
             opcode: read_response_opcode(i, count),
             psn: self.psn.add(i),
-            va: self.va + offset as u64,
+            va,
             len,
-            msn: if last { (self.msn + 1) & PSN_MASK } else { self.msn },
+            msn: if last { self.msn.wrapping_add(1) & PSN_MASK } else { self.msn },
         })
     }
 
     /// The response [`next`](Self::next) returned went out (or was lost: the requester asks
     /// again for what it misses).
     pub fn sent_one(&mut self) {
-        self.sent = (self.sent + 1).min(self.end);
+        self.sent = self.sent.saturating_add(1).min(self.end);
     }
 
     /// Every response owed was sent.
@@ -127,7 +133,7 @@ impl<S: DerefMut<Target = [ReadReply]>> ReadReplies<S> {
     }
 
     fn slot(&self, i: usize) -> usize {
-        (self.head + i) % self.slots.len()
+        self.head.wrapping_add(i).checked_rem(self.slots.len()).unwrap_or(0)
     }
 
     /// Queues the reply to a new READ request (its PSN follows everything queued).
@@ -137,27 +143,27 @@ impl<S: DerefMut<Target = [ReadReply]>> ReadReplies<S> {
         }
         let tail = self.slot(self.len);
         self.slots[tail] = reply;
-        self.len += 1;
+        self.len = self.len.saturating_add(1); // below slots.len(), checked above
         Ok(())
     }
 
     /// Queues the reply to a repeated READ request: the requester asks again from its PSN, so
     /// nothing queued from that PSN on is owed any more.
     pub fn repeat(&mut self, reply: ReadReply, mtu: IbMtu) -> Result<(), Full> {
-        while self.len > 0 {
-            let last = self.slot(self.len - 1);
+        while let Some(last_index) = self.len.checked_sub(1) {
+            let last = self.slot(last_index);
             let queued = &mut self.slots[last];
             let from = reply.psn.diff(queued.psn);
             if from <= 0 {
                 // It starts at or after the repeat: dropped.
-                self.len -= 1;
+                self.len = last_index;
                 continue;
             }
             // It starts before: it stops short of the repeat's PSN.
             let stop = (from as u32).min(queued.packets(mtu));
             queued.end = queued.end.min(stop);
             if queued.done() {
-                self.len -= 1;
+                self.len = last_index;
             }
             break;
         }
@@ -175,9 +181,9 @@ impl<S: DerefMut<Target = [ReadReply]>> ReadReplies<S> {
 
     /// Drops the oldest reply.
     pub fn pop(&mut self) {
-        if self.len > 0 {
+        if let Some(rest) = self.len.checked_sub(1) {
             self.head = self.slot(1);
-            self.len -= 1;
+            self.len = rest;
         }
     }
 

@@ -1,6 +1,8 @@
 //! The responder's first decision about an incoming request (IBA 9.7.5.1, 9.7.5.2): execute it,
 //! treat it as a duplicate, NAK it as out of sequence, or NAK it as an invalid request, and how
 //! its state moves on after execution.
+// Values from the wire: no arithmetic that can overflow, wrap or divide by zero unchecked.
+#![deny(clippy::arithmetic_side_effects)]
 
 use super::{
     mtu::IbMtu,
@@ -99,7 +101,7 @@ impl ResponderSeq {
             (false, false) => self.in_progress,
         };
         if info.is_last {
-            self.msn = (self.msn + 1) & super::psn::PSN_MASK;
+            self.msn = self.msn.wrapping_add(1) & super::psn::PSN_MASK;
         }
     }
 }

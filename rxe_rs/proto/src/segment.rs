@@ -2,6 +2,8 @@
 //! payload, FIRST/MIDDLE/LAST or ONLY opcodes, immediate data and invalidation on the last one,
 //! payload padded to 4 bytes. An RDMA READ request is a single packet that consumes one PSN
 //! per response packet.
+// Values from the wire: no arithmetic that can overflow, wrap or divide by zero unchecked.
+#![deny(clippy::arithmetic_side_effects)]
 
 use super::{mtu::IbMtu, opcode::Opcode, psn::Psn};
 
@@ -65,9 +67,11 @@ pub const fn segment(kind: MessageKind, len: u32, mtu: IbMtu, first_psn: Psn, in
         return Segment { opcode: Opcode::RC_READ_REQUEST, offset: 0, len: 0, psn: first_psn, last: true };
     }
     let first = index == 0;
-    let last = index + 1 >= count;
-    let offset = index * m;
-    let plen = if last { len - offset } else { m };
+    // `index < count` for the callers; saturating all the same (a bad index yields an empty
+    // LAST packet, never a wrapped length).
+    let last = index.saturating_add(1) >= count;
+    let offset = index.saturating_mul(m);
+    let plen = if last { len.saturating_sub(offset) } else { m };
     let opcode = match kind {
         MessageKind::Send { imm, inv } => match (first, last) {
             (true, true) if inv => Opcode::RC_SEND_ONLY_INV,
@@ -94,7 +98,7 @@ pub const fn segment(kind: MessageKind, len: u32, mtu: IbMtu, first_psn: Psn, in
 
 /// The opcode of READ response packet `index` out of `count`.
 pub const fn read_response_opcode(index: u32, count: u32) -> Opcode {
-    match (index == 0, index + 1 >= count) {
+    match (index == 0, index.saturating_add(1) >= count) {
         (true, true) => Opcode::RC_READ_RESPONSE_ONLY,
         (true, false) => Opcode::RC_READ_RESPONSE_FIRST,
         (false, false) => Opcode::RC_READ_RESPONSE_MIDDLE,

@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Copies between a packet's payload and the memory a list of SGEs names: the one walk over
+//! MRs that the requester (gathering a message), the responder (scattering a SEND into a
+//! receive WQE) and the completer (scattering READ responses) share.
+//!
+//! SGE addresses and lengths come from a process's rings, offsets from packets: every sum is
+//! checked, and an address that would wrap past 2^64 is a protection error like any other bad
+//! address.
+
+use crate::{
+    device::RxeDevice,
+    kext::ib::access,
+    mr::{MrInner, PdId},
+    uapi::{wc_status, Sge},
+};
+use core::ops::Range;
+
+/// Calls `copy(mr, addr, range)` for each piece of the SGE list `sges` that holds the `len`
+/// bytes at byte `offset` of the list: `addr` is where the piece starts in `mr`, `range` where
+/// it lies within those `len` bytes. Fails with the completion status: `LOC_PROT_ERR` for a
+/// key, right or address the MR refuses, `LOC_LEN_ERR` if the list ends first.
+fn for_each_piece(
+    dev: &RxeDevice,
+    sges: &[Sge],
+    offset: u64,
+    len: usize,
+    mut copy: impl FnMut(&MrInner, u64, Range<usize>) -> bool,
+) -> Result<(), u32> {
+    let mut skip = offset;
+    let mut done = 0usize;
+    for sge in sges {
+        if done == len {
+            break;
+        }
+        let sge_len = u64::from(sge.length);
+        let Some(in_sge) = sge_len.checked_sub(skip).filter(|&n| n > 0) else {
+            skip = skip.saturating_sub(sge_len);
+            continue;
+        };
+        // Both fit in usize: `in_sge` is at most 2^32, the rest at most `len`.
+        let n = usize::try_from(in_sge).map_or(len - done, |n| n.min(len - done));
+        let addr = sge.addr.checked_add(skip).ok_or(wc_status::LOC_PROT_ERR)?;
+        let mr = dev.lookup_mr(sge.lkey).ok_or(wc_status::LOC_PROT_ERR)?;
+        if !copy(&mr, addr, done..done + n) {
+            return Err(wc_status::LOC_PROT_ERR);
+        }
+        done += n;
+        skip = 0;
+    }
+    if done == len {
+        Ok(())
+    } else {
+        Err(wc_status::LOC_LEN_ERR)
+    }
+}
+
+/// Fills `out` with the bytes at `offset` of the memory `sges` names (a QP in PD `pd` reading
+/// its own MRs).
+pub(crate) fn gather(dev: &RxeDevice, pd: PdId, sges: &[Sge], offset: u64, out: &mut [u8]) -> Result<(), u32> {
+    for_each_piece(dev, sges, offset, out.len(), |mr, addr, range| mr.read(pd, addr, &mut out[range], 0).is_ok())
+}
+
+/// Writes `data` at `offset` of the memory `sges` names (a QP in PD `pd` writing its own MRs,
+/// which must grant local write).
+pub(crate) fn scatter(dev: &RxeDevice, pd: PdId, sges: &[Sge], offset: u64, data: &[u8]) -> Result<(), u32> {
+    for_each_piece(dev, sges, offset, data.len(), |mr, addr, range| {
+        mr.write(pd, addr, &data[range], access::LOCAL_WRITE).is_ok()
+    })
+}
