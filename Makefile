@@ -8,6 +8,7 @@
 #   make provider        the libibverbs provider (librxe_rs-rdmav34.so)
 #   make install         install module and provider on this machine
 #   make run             the demo: VM, device, ibv_devinfo (and pingpong/perftest once they work)
+#   make clippy          the module through clippy (the kernel's CLIPPY=1, with rustc-web's clippy)
 #   make check           all tests: host unit tests + VM selftests
 #   make bench           rxe_rs vs rdma_rxe vs TCP on two VMs (bench kernel): table, CSV, PNG
 
@@ -24,7 +25,7 @@ KDIR ?= $(shell $(ROOT)/scripts/kernel.sh path $(KFLAVOR))
 KDIR_DEP := $(if $(filter $(RXE_RS_CACHE)/%,$(KDIR)),$(KDIR)/.rxe_rs-built)
 KMAKE = $(MAKE) -C $(KDIR) M=$(ROOT) $(KMAKE_TOOLS)
 
-.PHONY: all module provider kdir kernel clean install setup run check test unit-test selftest bench
+.PHONY: all module provider kdir kernel clean install setup run check test unit-test selftest bench clippy
 
 all: module provider
 
@@ -46,6 +47,11 @@ module: $(KDIR_DEP)
 
 provider:
 	cargo build --release --locked -p rxe_rs_provider
+
+# The lints the kernel sets for Rust, and our own #![deny(...)] (arithmetic on ring and wire
+# values). The clippy-driver must match the kernel's rustc: rustc-web's, not rustup's.
+clippy: $(KDIR_DEP)
+	$(KMAKE) CLIPPY=1 CLIPPY_DRIVER=/usr/bin/clippy-driver modules
 
 clean:
 	-$(KMAKE) clean

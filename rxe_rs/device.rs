@@ -185,7 +185,7 @@ impl ib::Driver for RxeDevice {
         attr.max_mtu = IbMtu::Mtu4096 as u32;
         attr.active_mtu = dev.active_mtu.load(Ordering::Relaxed);
         attr.gid_tbl_len = limits::GID_TABLE_LEN;
-        attr.port_cap_flags = bindings::ib_port_capability_mask_bits_IB_PORT_CM_SUP as u32;
+        attr.port_cap_flags = bindings::ib_port_capability_mask_bits_IB_PORT_CM_SUP;
         attr.max_msg_sz = limits::MAX_MSG_SIZE;
         attr.pkey_tbl_len = limits::PKEY_TABLE_LEN;
         attr.max_vl_num = 1;

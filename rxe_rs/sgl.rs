@@ -6,6 +6,7 @@
 //! SGE addresses and lengths come from a process's rings, offsets from packets: every sum is
 //! checked, and an address that would wrap past 2^64 is a protection error like any other bad
 //! address.
+#![deny(clippy::arithmetic_side_effects)]
 
 use crate::{
     device::RxeDevice,
@@ -27,9 +28,11 @@ fn for_each_piece(
     mut copy: impl FnMut(&MrInner, u64, Range<usize>) -> bool,
 ) -> Result<(), u32> {
     let mut skip = offset;
+    // Bytes still to copy, and where they start in the caller's buffer (`done + left == len`).
     let mut done = 0usize;
+    let mut left = len;
     for sge in sges {
-        if done == len {
+        if left == 0 {
             break;
         }
         let sge_len = u64::from(sge.length);
@@ -37,17 +40,18 @@ fn for_each_piece(
             skip = skip.saturating_sub(sge_len);
             continue;
         };
-        // Both fit in usize: `in_sge` is at most 2^32, the rest at most `len`.
-        let n = usize::try_from(in_sge).map_or(len - done, |n| n.min(len - done));
+        let n = usize::try_from(in_sge).map_or(left, |n| n.min(left));
         let addr = sge.addr.checked_add(skip).ok_or(wc_status::LOC_PROT_ERR)?;
+        let end = done.checked_add(n).ok_or(wc_status::LOC_LEN_ERR)?;
         let mr = dev.lookup_mr(sge.lkey).ok_or(wc_status::LOC_PROT_ERR)?;
-        if !copy(&mr, addr, done..done + n) {
+        if !copy(&mr, addr, done..end) {
             return Err(wc_status::LOC_PROT_ERR);
         }
-        done += n;
+        done = end;
+        left = left.saturating_sub(n);
         skip = 0;
     }
-    if done == len {
+    if left == 0 {
         Ok(())
     } else {
         Err(wc_status::LOC_LEN_ERR)

@@ -9,6 +9,10 @@ start=$SECONDS
 "$RXE_RS_ROOT/scripts/setup.sh"
 build_all debug
 
+echo "== lints: the module through clippy, the protocol engine's arithmetic rules"
+make -s -C "$RXE_RS_ROOT" clippy
+cargo clippy --locked --release -p rxe_rs_proto
+
 echo "== host unit tests (cargo test)"
 cargo test --locked --workspace --release
 

@@ -6,7 +6,7 @@ source "$(dirname "$0")/lib/env.sh"
 
 APT_PACKAGES=(
 	# kernel + Rust-for-Linux toolchain
-	linux-source-6.12 rustc-web rust-web-src clang-19 lld-19 llvm-19 libclang-19-dev
+	linux-source-6.12 rustc-web rust-web-src rust-web-clippy clang-19 lld-19 llvm-19 libclang-19-dev
 	flex bison bc libelf-dev libssl-dev cpio xz-utils kmod make gcc pkg-config
 	# VMs
 	qemu-system-x86 python3-venv busybox-static

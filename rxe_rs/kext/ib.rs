@@ -671,6 +671,13 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
+    /// `ib_device_ops.query_port`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.query_port` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
     unsafe extern "C" fn query_port(
         ib: *mut bindings::ib_device,
         port: u32,
@@ -684,6 +691,13 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
+    /// `ib_device_ops.get_port_immutable`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.get_port_immutable` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
     unsafe extern "C" fn get_port_immutable(
         ib: *mut bindings::ib_device,
         port: u32,
@@ -699,10 +713,23 @@ impl<T: Driver> Adapter<T> {
 
     /// Devices made by [`NewDevice`] are RoCE devices: Ethernet ports. (Without this op the
     /// core derives InfiniBand from the CA node type.)
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.get_link_layer` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
     unsafe extern "C" fn get_link_layer(_ib: *mut bindings::ib_device, _port: u32) -> bindings::rdma_link_layer {
         bindings::rdma_link_layer_IB_LINK_LAYER_ETHERNET
     }
 
+    /// `ib_device_ops.query_pkey`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.query_pkey` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
     unsafe extern "C" fn query_pkey(
         ib: *mut bindings::ib_device,
         port: u32,
@@ -719,6 +746,13 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
+    /// `ib_device_ops.alloc_ucontext`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.alloc_ucontext` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
     unsafe extern "C" fn alloc_ucontext(
         _uctx: *mut bindings::ib_ucontext,
         _udata: *mut bindings::ib_udata,
@@ -727,6 +761,13 @@ impl<T: Driver> Adapter<T> {
         0
     }
 
+    /// `ib_device_ops.dealloc_ucontext`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.dealloc_ucontext` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
     unsafe extern "C" fn dealloc_ucontext(_uctx: *mut bindings::ib_ucontext) {}
 
     /// The device of a core object's `device` field.
@@ -739,6 +780,13 @@ impl<T: Driver> Adapter<T> {
         unsafe { Device::<T>::from_raw(ib) }
     }
 
+    /// `ib_device_ops.alloc_hw_port_stats`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.alloc_hw_port_stats` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
     unsafe extern "C" fn alloc_hw_port_stats(_ib: *mut bindings::ib_device, _port: u32) -> *mut bindings::rdma_hw_stats {
         let descs = T::PORT_COUNTERS;
         // SAFETY: `descs` is a 'static array of `rdma_stat_desc` (transparent wrappers); the
@@ -752,6 +800,13 @@ impl<T: Driver> Adapter<T> {
         }
     }
 
+    /// `ib_device_ops.get_hw_stats`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.get_hw_stats` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
     unsafe extern "C" fn get_hw_stats(
         ib: *mut bindings::ib_device,
         stats: *mut bindings::rdma_hw_stats,
@@ -768,6 +823,13 @@ impl<T: Driver> Adapter<T> {
         }
     }
 
+    /// `ib_device_ops.alloc_pd`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.alloc_pd` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
     unsafe extern "C" fn alloc_pd(pd: *mut bindings::ib_pd, udata: *mut bindings::ib_udata) -> kernel::ffi::c_int {
         from_result(|| {
             // SAFETY: the core hands a fresh PD allocation of `size_ib_pd` on one of our
@@ -781,6 +843,13 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
+    /// `ib_device_ops.dealloc_pd`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.dealloc_pd` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
     unsafe extern "C" fn dealloc_pd(pd: *mut bindings::ib_pd, _udata: *mut bindings::ib_udata) -> kernel::ffi::c_int {
         // SAFETY: the core destroys a PD we initialised; nothing uses it afterwards.
         unsafe {
@@ -790,6 +859,13 @@ impl<T: Driver> Adapter<T> {
         0
     }
 
+    /// `ib_device_ops.create_cq`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.create_cq` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
     unsafe extern "C" fn create_cq(
         cq: *mut bindings::ib_cq,
         attr: *const bindings::ib_cq_init_attr,
@@ -809,6 +885,13 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
+    /// `ib_device_ops.resize_cq`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.resize_cq` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
     unsafe extern "C" fn resize_cq(cq: *mut bindings::ib_cq, cqe: kernel::ffi::c_int, udata: *mut bindings::ib_udata) -> kernel::ffi::c_int {
         from_result(|| {
             let cqe = u32::try_from(cqe).map_err(|_| EINVAL)?;
@@ -823,6 +906,13 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
+    /// `ib_device_ops.destroy_cq`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.destroy_cq` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
     unsafe extern "C" fn destroy_cq(cq: *mut bindings::ib_cq, _udata: *mut bindings::ib_udata) -> kernel::ffi::c_int {
         // SAFETY: the core destroys a CQ we initialised; no QP uses it any more (usecnt).
         unsafe {
@@ -832,6 +922,13 @@ impl<T: Driver> Adapter<T> {
         0
     }
 
+    /// `ib_device_ops.create_qp`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.create_qp` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
     unsafe extern "C" fn create_qp(
         qp: *mut bindings::ib_qp,
         init: *mut bindings::ib_qp_init_attr,
@@ -859,6 +956,13 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
+    /// `ib_device_ops.modify_qp`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.modify_qp` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
     unsafe extern "C" fn modify_qp(
         qp: *mut bindings::ib_qp,
         attr: *mut bindings::ib_qp_attr,
@@ -872,6 +976,13 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
+    /// `ib_device_ops.query_qp`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.query_qp` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
     unsafe extern "C" fn query_qp(
         qp: *mut bindings::ib_qp,
         attr: *mut bindings::ib_qp_attr,
@@ -885,6 +996,13 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
+    /// `ib_device_ops.destroy_qp`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.destroy_qp` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
     unsafe extern "C" fn destroy_qp(qp: *mut bindings::ib_qp, _udata: *mut bindings::ib_udata) -> kernel::ffi::c_int {
         // SAFETY: the core destroys a QP we initialised. After `T::destroy_qp` took it out of
         // reach of new packets, `synchronize_rcu` waits for receive softirqs still using it
@@ -897,6 +1015,13 @@ impl<T: Driver> Adapter<T> {
         0
     }
 
+    /// `ib_device_ops.post_send`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.post_send` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
     unsafe extern "C" fn post_send(
         qp: *mut bindings::ib_qp,
         wr: *const bindings::ib_send_wr,
@@ -964,6 +1089,13 @@ impl<T: Driver> Adapter<T> {
         raw
     }
 
+    /// `ib_device_ops.reg_user_mr`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.reg_user_mr` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
     unsafe extern "C" fn reg_user_mr(
         pd: *mut bindings::ib_pd,
         start: u64,
@@ -980,11 +1112,25 @@ impl<T: Driver> Adapter<T> {
         })
     }
 
+    /// `ib_device_ops.get_dma_mr`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.get_dma_mr` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
     unsafe extern "C" fn get_dma_mr(pd: *mut bindings::ib_pd, access: kernel::ffi::c_int) -> *mut bindings::ib_mr {
         // SAFETY: a live PD of ours.
         Self::mr_result(|| unsafe { T::get_dma_mr(Self::dev((*pd).device), Pd::<T>::from_raw(pd), access) })
     }
 
+    /// `ib_device_ops.dereg_mr`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.dereg_mr` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
     unsafe extern "C" fn dereg_mr(mr: *mut bindings::ib_mr, _udata: *mut bindings::ib_udata) -> kernel::ffi::c_int {
         // SAFETY: an MR made by `new_mr`, whose device the core set.
         if let Err(e) = unsafe { T::dereg_mr(Self::dev((*mr).device), Mr::<T>::from_raw(mr)) } {
@@ -995,6 +1141,13 @@ impl<T: Driver> Adapter<T> {
         0
     }
 
+    /// `ib_device_ops.req_notify_cq`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.req_notify_cq` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
     unsafe extern "C" fn req_notify_cq(cq: *mut bindings::ib_cq, flags: bindings::ib_cq_notify_flags) -> kernel::ffi::c_int {
         // SAFETY: a live CQ of ours.
         match T::req_notify_cq(unsafe { Cq::<T>::from_raw(cq) }, flags) {
@@ -1003,6 +1156,13 @@ impl<T: Driver> Adapter<T> {
         }
     }
 
+    /// `ib_device_ops.dealloc_driver`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.dealloc_driver` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
     unsafe extern "C" fn dealloc_driver(ib: *mut bindings::ib_device) {
         // SAFETY: the core's last callback for this device: drop `T` in place, exactly once
         // (the invariant of `Device` ends here; the core frees the memory afterwards).

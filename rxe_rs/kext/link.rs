@@ -42,6 +42,12 @@ impl<T: LinkDriver> LinkRegistration<T> {
         })
     }
 
+    /// `newlink` callback.
+    ///
+    /// # Safety
+    ///
+    /// Called by the RDMA core's netlink handler (`rdma link add`) with a valid name, type and
+    /// netdev.
     unsafe extern "C" fn newlink(
         name: *const kernel::ffi::c_char,
         ndev: *mut bindings::net_device,

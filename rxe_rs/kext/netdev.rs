@@ -193,6 +193,12 @@ impl<T: NetdevNotifier> NotifierRegistration<T> {
         })
     }
 
+    /// `notifier_call` callback.
+    ///
+    /// # Safety
+    ///
+    /// Called by the netdev notifier chain with the `notifier_block` we registered and a valid
+    /// `netdev_notifier_info`.
     unsafe extern "C" fn notifier_call(
         _block: *mut bindings::notifier_block,
         event: kernel::ffi::c_ulong,

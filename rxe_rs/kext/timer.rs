@@ -62,6 +62,12 @@ impl<T: TimerOwner> Timer<T> {
         unsafe { bindings::timer_shutdown_sync(self.raw.get()) };
     }
 
+    /// `run` callback.
+    ///
+    /// # Safety
+    ///
+    /// Called by the timer core for a timer that `new` set up (the `raw` field of a live
+    /// `Timer<T>`).
     unsafe extern "C" fn run(raw: *mut bindings::timer_list) {
         // SAFETY: `raw` is the `raw` field of a `Timer<T>` (only `new` registers this callback).
         let timer = unsafe { &*kernel::container_of!(raw, Self, raw) };

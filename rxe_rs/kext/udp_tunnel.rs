@@ -31,6 +31,12 @@ impl<T: EncapReceiver> UdpTunnel<T> {
         Ok(Self { sock, _receiver: PhantomData })
     }
 
+    /// `encap_recv` callback.
+    ///
+    /// # Safety
+    ///
+    /// Called by the UDP stack as `encap_rcv` of a socket we set up, with a valid socket and an
+    /// skb whose ownership passes to us.
     unsafe extern "C" fn encap_recv(
         _sk: *mut bindings::sock,
         skb: *mut bindings::sk_buff,
