@@ -7,11 +7,12 @@ source "$RXE_RS_ROOT/scripts/lib/build.sh"
 start=$SECONDS
 
 "$RXE_RS_ROOT/scripts/setup.sh"
-build_all debug
-
+# Lints first (the kernel is built on the way if needed); then the module the VMs load is
+# built by rustc itself.
 echo "== lints: the module through clippy, the protocol engine's arithmetic rules"
 make -s -C "$RXE_RS_ROOT" clippy
 cargo clippy --locked --release -p rxe_rs_proto
+build_all debug
 
 echo "== host unit tests (cargo test)"
 cargo test --locked --workspace --release

@@ -1027,31 +1027,36 @@ impl<T: Driver> Adapter<T> {
         wr: *const bindings::ib_send_wr,
         bad_wr: *mut *const bindings::ib_send_wr,
     ) -> kernel::ffi::c_int {
-        // Kernel ULPs' work requests are not supported: only the user-space doorbell, which
-        // uverbs delivers as an empty list.
-        if !wr.is_null() {
-            // SAFETY: the caller passes a valid out-pointer with a list.
-            unsafe { *bad_wr = wr };
-            return super::errno::eopnotsupp().to_errno();
-        }
-        from_result(|| {
-            // SAFETY: a live QP of ours.
-            unsafe { T::post_send(Self::dev((*qp).device), Qp::<T>::from_raw(qp))? };
-            Ok(0)
-        })
+        // SAFETY: per this function's contract.
+        unsafe { Self::doorbell(qp, wr, bad_wr, T::post_send) }
     }
 
     /// `ib_device_ops.post_recv`: the receive doorbell (see [`Driver::post_recv`]).
     ///
     /// # Safety
     ///
-    /// Called by the core with a live QP of ours and valid pointers.
+    /// As for `post_send`.
     unsafe extern "C" fn post_recv(
         qp: *mut bindings::ib_qp,
         wr: *const bindings::ib_recv_wr,
         bad_wr: *mut *const bindings::ib_recv_wr,
     ) -> kernel::ffi::c_int {
-        // As for sends: only the user-space doorbell, an empty list.
+        // SAFETY: per this function's contract.
+        unsafe { Self::doorbell(qp, wr, bad_wr, T::post_recv) }
+    }
+
+    /// Both doorbells: user space posted into a ring and uverbs delivers an empty list. Kernel
+    /// ULPs' work requests are not supported.
+    ///
+    /// # Safety
+    ///
+    /// `qp` is a live QP of ours; `bad_wr` is a valid out-pointer.
+    unsafe fn doorbell<W>(
+        qp: *mut bindings::ib_qp,
+        wr: *const W,
+        bad_wr: *mut *const W,
+        ring: fn(&Device<T>, &Qp<T>) -> Result,
+    ) -> kernel::ffi::c_int {
         if !wr.is_null() {
             // SAFETY: the caller passes a valid out-pointer with a list.
             unsafe { *bad_wr = wr };
@@ -1059,7 +1064,7 @@ impl<T: Driver> Adapter<T> {
         }
         from_result(|| {
             // SAFETY: a live QP of ours.
-            unsafe { T::post_recv(Self::dev((*qp).device), Qp::<T>::from_raw(qp))? };
+            unsafe { ring(Self::dev((*qp).device), Qp::<T>::from_raw(qp))? };
             Ok(0)
         })
     }
