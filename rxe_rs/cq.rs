@@ -23,6 +23,9 @@ struct Producer {
     index: u32,
     /// Armed by `req_notify_cq`: 0, or `NEXT_COMP` / `SOLICITED`.
     armed: u32,
+    /// `IB_EVENT_CQ_ERR` was raised and no completion fitted since: a flush of thousands of
+    /// WQEs into a full CQ raises one event, not thousands.
+    overflowed: bool,
 }
 
 /// A completion queue.
@@ -40,7 +43,7 @@ impl RxeCq {
         let ring = new_ring(cqe, udata)?;
         let capacity = ring.geometry().slots();
         let init = try_pin_init!(Self {
-            producer <- new_spinlock_bh!(Producer { ring, index: 0, armed: 0 }, "rxe_rs_cq"),
+            producer <- new_spinlock_bh!(Producer { ring, index: 0, armed: 0, overflowed: false }, "rxe_rs_cq"),
         });
         Ok((init, capacity))
     }
@@ -72,7 +75,8 @@ impl RxeCq {
     }
 
     /// Posts a completion and wakes the consumer if it asked to be. A full ring (or one whose
-    /// consumer index the process corrupted) raises `IB_EVENT_CQ_ERR` and fails with EBUSY.
+    /// consumer index the process corrupted) fails with EBUSY and raises `IB_EVENT_CQ_ERR`,
+    /// once until a completion fits again.
     pub(crate) fn post(cq: &Cq<RxeDevice>, cqe: &Cqe, solicited: bool) -> Result {
         let wake = {
             let mut p = cq.producer.lock();
@@ -81,11 +85,15 @@ impl RxeCq {
             match geometry.occupancy(p.index, consumer) {
                 Some(n) if n < geometry.slots() => {}
                 _ => {
+                    let first = !core::mem::replace(&mut p.overflowed, true);
                     drop(p);
-                    cq.raise_cq_error();
+                    if first {
+                        cq.raise_cq_error();
+                    }
                     return Err(EBUSY);
                 }
             }
+            p.overflowed = false;
             p.ring.write(p.index, cqe)?;
             p.index = p.index.wrapping_add(1);
             p.ring.store(RingIndex::Producer, p.index);
