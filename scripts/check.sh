@@ -1,21 +1,39 @@
 #!/usr/bin/env bash
-# The test command (README, CI): installs what is missing, builds everything, runs the host unit
-# tests and the VM selftests. Exits non-zero if anything fails.
+# The test command (README, CI): installs what is missing, builds everything, runs the lints,
+# the host unit tests and the VM selftests, and prints how long each phase took. Exits non-zero
+# if anything fails.
 set -euo pipefail
 source "$(dirname "$0")/lib/env.sh"
 source "$RXE_RS_ROOT/scripts/lib/build.sh"
 start=$SECONDS
 
+export RXE_RS_PHASES=${RXE_RS_RESULTS:-$RXE_RS_ROOT/results}/phases.txt
+mkdir -p "$(dirname "$RXE_RS_PHASES")"
+: >"$RXE_RS_PHASES"
+phase_start=$SECONDS
+phase_done() {
+	echo "$1: $((SECONDS - phase_start)) s" >>"$RXE_RS_PHASES"
+	phase_start=$SECONDS
+}
+# The phase list, on success and on failure alike.
+trap 'echo "== phases"; sed "s/^/  /" "$RXE_RS_PHASES"; echo "  total: $((SECONDS - start)) s"' EXIT
+
 "$RXE_RS_ROOT/scripts/setup.sh"
-# Lints first (the kernel is built on the way if needed); then the module the VMs load is
-# built by rustc itself.
+phase_done "setup (apt, cargo, pip)"
+# The kernel first (built once, cached); then lints; then the module the VMs load, built by
+# rustc itself.
+"$RXE_RS_ROOT/scripts/kernel.sh" build debug >/dev/null
+phase_done "test kernel (cached after the first build)"
 echo "== lints: the module through clippy, the protocol engine's arithmetic rules"
 make -s -C "$RXE_RS_ROOT" clippy
 cargo clippy --locked --release -p rxe_rs_proto
+phase_done "lints"
 build_all debug
+phase_done "build (module, provider)"
 
 echo "== host unit tests (cargo test)"
 cargo test --locked --workspace --release
+phase_done "host unit tests"
 
 echo "== VM selftests"
 "$RXE_RS_ROOT/selftests/run.sh"

@@ -84,21 +84,33 @@ pair_stack_up_both() {
 }
 
 # One exchange CASE between the guests, after a barrier: A runs COMMAND... as the server, B runs
-# COMMAND... PEER_IP as the client, retried while the server does not listen yet. Sets PAIR_OUT
-# to the output (also appended to $PAIR_RESULTS/$PAIR_ROLE.out; the tail is shown) and returns
-# the command's status. Each side marks when it is done; a side still running 60 s after its
-# peer is done is stopped, so a side that fails at once costs a minute, not the whole timeout.
+# COMMAND... PEER_IP as the client once the server listens on TCP port PAIR_PORT (18515, the
+# tools' default), and again if it could not connect. Sets PAIR_OUT to the output (also appended
+# to $PAIR_RESULTS/$PAIR_ROLE.out; the tail is shown) and returns the command's status. Each side
+# marks when it is done; a side still running 60 s after its peer is done is stopped, so a side
+# that fails at once costs a minute, not the whole timeout.
 pair_exchange() {
 	local case=$1 peer=a
 	shift
 	[[ $PAIR_ROLE == a ]] && peer=b
+	local t0=$SECONDS
 	pair_barrier "$case" || { echo "# the peer never reached $case"; return 1; }
+	local t1=$SECONDS
 	local done_mark=$PAIR_RESULTS/$PAIR_ROLE.$case.done peer_done=$PAIR_RESULTS/$peer.$case.done
+	local listening=$PAIR_RESULTS/a.$case.listening
 	local limit=${PAIR_CASE_TIMEOUT:-150} rc
 	if [[ $PAIR_ROLE == a ]]; then
+		# A client started before the server listens fails to connect, and starting a tool
+		# again costs seconds in a TCG guest: tell B when to start.
+		(wait_listening "${PAIR_PORT:-18515}" "$limit" && touch "$listening") &
+		local watcher=$!
 		pair_run_bounded $((limit + 90)) "$peer_done" "$@"
 		rc=$?
+		kill "$watcher" 2>/dev/null
+		wait "$watcher" 2>/dev/null
 	else
+		local deadline=$((SECONDS + limit))
+		until [[ -e $listening || -e $peer_done ]] || ((SECONDS >= deadline)); do sleep 0.2; done
 		for _ in $(seq 60); do
 			pair_run_bounded "$limit" "$peer_done" "$@" "$PAIR_PEER_IP"
 			rc=$?
@@ -108,6 +120,7 @@ pair_exchange() {
 		done
 	fi
 	touch "$done_mark"
+	echo "# $case: barrier $((t1 - t0)) s, exchange $((SECONDS - t1)) s"
 	echo "$PAIR_OUT" | tail -4 | sed 's/^/# /'
 	echo "$PAIR_OUT" >>"$PAIR_RESULTS/$PAIR_ROLE.out"
 	((rc == 0)) || pair_diagnose
