@@ -257,8 +257,8 @@ fn queue_read(qp: &Arc<QpInner>, s: &mut QpState, reth: &Reth, psn: Psn, repeate
     // The requester may have `max_dest_rd_atomic` READs outstanding (our responder resources;
     // 0 counts as 1, as a requester with `max_rd_atomic` 0 still sends one): one more is an
     // invalid request. Replies fully sent leave the queue at once, so only those still owed
-    // count. A repeated READ replaces what is owed from its PSN on.
-    if !repeated && s.resp.reads.len() >= usize::from(s.attrs.max_dest_rd_atomic.max(1)) {
+    // count, and only to new requests. A repeated READ replaces what is owed from its PSN on.
+    if !repeated && s.resp.reads.owed_to_new_requests() >= usize::from(s.attrs.max_dest_rd_atomic.max(1)) {
         return Err(Failure::Invalid);
     }
     let queued = if repeated { s.resp.reads.repeat(reply, mtu) } else { s.resp.reads.push(reply) };

@@ -4,7 +4,8 @@
 # shows a splat or a leak. Then the two-VM tests (selftests/pair/) on a pair of VMs joined by a
 # virtual link. Prints a KTAP log per VM and a closing "N passed, N failed" line.
 #
-#   selftests/run.sh [TEST.sh ...]      (default: every single-VM test, then the pair tests)
+#   selftests/run.sh [TEST.sh ...]      (default: every single-VM test, then the pair tests;
+#                                        scripts under pair/ run on the pair of VMs)
 #   RXE_RS_VMS=N: how many guests share the single-VM scripts (default 2)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -12,12 +13,20 @@ source "$here/../scripts/lib/env.sh"
 
 results=${RXE_RS_RESULTS:-$RXE_RS_ROOT/results}
 mkdir -p "$results"
-single_vm_tests=("$@")
+single_vm_tests=()
 pair_tests=()
-if ((${#single_vm_tests[@]} == 0)); then
+for t in "$@"; do
+	if [[ $t == */pair/* ]]; then pair_tests+=("$(realpath "$t")"); else single_vm_tests+=("$(realpath "$t")"); fi
+done
+if (($# == 0)); then
 	single_vm_tests=("$here"/rxe_rs_*.sh)
 	pair_tests=("$here"/pair/*.sh)
 fi
+# The tests' knobs, passed on into the guests (profiles: make check's short one, make soak's).
+knobs=()
+for v in RXE_RS_HOSTILE_PACKETS RXE_RS_LOSSY_MIB RXE_RS_IMPAIRMENT RXE_RS_LOSSY_BASELINE; do
+	[[ -n ${!v:-} ]] && knobs+=("$v=${!v}")
+done
 
 passed=0 failed=0 skipped=0
 phase_start=$SECONDS
@@ -48,58 +57,60 @@ count() {
 	done
 }
 
-# Single-VM scripts run in RXE_RS_VMS guests at once (default 2: the scripts are mostly one
-# process at a time, so two 2-CPU guests keep both host cores busy). Scripts go to the guest with
-# the least work so far, costliest first (measured seconds under TCG; new scripts count 300).
-declare -A cost=([rxe_rs_recv]=420 [rxe_rs_data]=240 [rxe_rs_link]=300 [rxe_rs_objects]=200 [rxe_rs_hostile]=150)
-vms=${RXE_RS_VMS:-2}
-((vms > ${#single_vm_tests[@]})) && vms=${#single_vm_tests[@]}
-declare -a group load
-for ((i = 0; i < vms; i++)); do group[i]="" load[i]=0; done
-while IFS=' ' read -r c t; do
-	best=0
-	for ((i = 1; i < vms; i++)); do ((load[i] < load[best])) && best=$i; done
-	group[best]+="$t " load[best]=$((load[best] + c))
-done < <(for t in "${single_vm_tests[@]}"; do n=$(basename "$t" .sh); echo "${cost[$n]:-300} $t"; done | sort -rn)
+if ((${#single_vm_tests[@]})); then
+	# Single-VM scripts run in RXE_RS_VMS guests at once (default 2: the scripts are mostly one
+	# process at a time, so two 2-CPU guests keep both host cores busy). Scripts go to the guest with
+	# the least work so far, costliest first (measured seconds under TCG; new scripts count 300).
+	declare -A cost=([rxe_rs_recv]=420 [rxe_rs_data]=240 [rxe_rs_link]=300 [rxe_rs_objects]=200 [rxe_rs_hostile]=150)
+	vms=${RXE_RS_VMS:-2}
+	((vms > ${#single_vm_tests[@]})) && vms=${#single_vm_tests[@]}
+	declare -a group load
+	for ((i = 0; i < vms; i++)); do group[i]="" load[i]=0; done
+	while IFS=' ' read -r c t; do
+		best=0
+		for ((i = 1; i < vms; i++)); do ((load[i] < load[best])) && best=$i; done
+		group[best]+="$t " load[best]=$((load[best] + c))
+	done < <(for t in "${single_vm_tests[@]}"; do n=$(basename "$t" .sh); echo "${cost[$n]:-300} $t"; done | sort -rn)
 
-# Each guest writes its log into the results directory too (run-suite.sh): that copy is
-# counted, the console is shown live. If the console's copy is lost, the log is shown at the end.
-pids=()
-for ((i = 0; i < vms; i++)); do
-	log=$results/selftests-vm$i.log
-	rm -f "$log"
-	read -r -a tests <<<"${group[i]}"
-	echo "selftests: VM $i runs ${tests[*]##*/}; log: $log"
-	"$RXE_RS_ROOT/scripts/vm.sh" --name rxe-selftest$i --rwdir "$results" -- \
-		env RXE_RS_SUITE_LOG="$log" bash "$here/guest/run-suite.sh" "${tests[@]}" \
-		>"$results/selftests-vm$i.console" 2>&1 &
-	pids+=($!)
-	# Shown live, each line marked with its guest.
-	tail -n +1 -F --pid=$! "$results/selftests-vm$i.console" 2>/dev/null | sed -u "s/^/[vm$i] /" &
-done
-for pid in "${pids[@]}"; do wait "$pid"; done
-wait
-for ((i = 0; i < vms; i++)); do
-	log=$results/selftests-vm$i.log
-	read -r -a tests <<<"${group[i]}"
-	if [[ ! -e $log ]]; then
-		log=$results/selftests-vm$i.console # the script never started; the console says why
-	elif ! grep -q '^# suite:' "$results/selftests-vm$i.console"; then
-		echo "selftests: the console output of VM $i was lost; its log:"
-		cat "$log"
-	fi
-	count "$log" "${tests[@]}"
-done
-phase_done "VM selftests, single ($vms guests)"
+	# Each guest writes its log into the results directory too (run-suite.sh): that copy is
+	# counted, the console is shown live. If the console's copy is lost, the log is shown at the end.
+	pids=()
+	for ((i = 0; i < vms; i++)); do
+		log=$results/selftests-vm$i.log
+		rm -f "$log"
+		read -r -a tests <<<"${group[i]}"
+		echo "selftests: VM $i runs ${tests[*]##*/}; log: $log"
+		"$RXE_RS_ROOT/scripts/vm.sh" --name rxe-selftest$i --rwdir "$results" -- \
+			env "${knobs[@]}" RXE_RS_SUITE_LOG="$log" bash "$here/guest/run-suite.sh" "${tests[@]}" \
+			>"$results/selftests-vm$i.console" 2>&1 &
+		pids+=($!)
+		# Shown live, each line marked with its guest.
+		tail -n +1 -F --pid=$! "$results/selftests-vm$i.console" 2>/dev/null | sed -u "s/^/[vm$i] /" &
+	done
+	for pid in "${pids[@]}"; do wait "$pid"; done
+	wait
+	for ((i = 0; i < vms; i++)); do
+		log=$results/selftests-vm$i.log
+		read -r -a tests <<<"${group[i]}"
+		if [[ ! -e $log ]]; then
+			log=$results/selftests-vm$i.console # the script never started; the console says why
+		elif ! grep -q '^# suite:' "$results/selftests-vm$i.console"; then
+			echo "selftests: the console output of VM $i was lost; its log:"
+			cat "$log"
+		fi
+		count "$log" "${tests[@]}"
+	done
+	phase_done "VM selftests, single ($vms guests)"
+fi
 
 if ((${#pair_tests[@]})); then
 	pair_dir=$results/pair
 	rm -rf "$pair_dir"
 	echo "selftests: booting two VMs for ${#pair_tests[@]} pair test script(s); logs: $pair_dir"
 	"$RXE_RS_ROOT/scripts/vm-pair.sh" --impairable --timeout 3000 "$pair_dir" \
-		-- env RXE_RS_TEST_TIMEOUT=2700 RXE_RS_SUITE_LOG="$pair_dir/suite-a.log" \
+		-- env "${knobs[@]}" RXE_RS_TEST_TIMEOUT=2700 RXE_RS_SUITE_LOG="$pair_dir/suite-a.log" \
 		bash "$here/guest/run-suite.sh" "${pair_tests[@]}" \
-		-- env RXE_RS_TEST_TIMEOUT=2700 RXE_RS_SUITE_LOG="$pair_dir/suite-b.log" \
+		-- env "${knobs[@]}" RXE_RS_TEST_TIMEOUT=2700 RXE_RS_SUITE_LOG="$pair_dir/suite-b.log" \
 		bash "$here/guest/run-suite.sh" "${pair_tests[@]}"
 	for role in a b; do
 		log=$pair_dir/suite-$role.log

@@ -28,6 +28,7 @@ import pyverbs.enums as e
 
 RW = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
 MR_SIZE = 64 * 1024
+STALL_WATCH_S = 120
 STATES = {e.IBV_QPS_RESET: "RESET", e.IBV_QPS_INIT: "INIT", e.IBV_QPS_RTR: "RTR", e.IBV_QPS_RTS: "RTS",
           e.IBV_QPS_SQD: "SQD", e.IBV_QPS_SQE: "SQE", e.IBV_QPS_ERR: "ERR"}
 
@@ -131,6 +132,17 @@ def main():
                 cq.poll(64)
     except Failed as err:
         verdict = f"not ok victims_intact: {err} (after {rounds} good rounds)"
+        # Stalled or only slow? Wait longer, saying where the two QPs stand.
+        for _ in range(STALL_WATCH_S // 10):
+            for name, qp in (("A", va), ("B", vb)):
+                a, _ = qp.query(e.IBV_QP_STATE | e.IBV_QP_SQ_PSN | e.IBV_QP_RQ_PSN)
+                print(f"# victim {name}: state {STATES.get(a.qp_state, a.qp_state)} sq_psn {a.sq_psn:#x} rq_psn {a.rq_psn:#x}",
+                      flush=True)
+            n, wcs = vcq_a.poll(1)
+            if n:
+                print(f"# victim A's late completion: wr {wcs[0].wr_id} status {wcs[0].status}", flush=True)
+                break
+            time.sleep(10)
     except Exception as err:
         verdict = f"not ok victims_intact: {type(err).__name__}: {err} (after {rounds} good rounds)"
     sys.stdin.readline()

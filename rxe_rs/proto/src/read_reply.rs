@@ -40,6 +40,9 @@ pub struct ReadReply {
     sent: u32,
     /// Responses to send (fewer than the request's when a repeated request took over the rest).
     end: u32,
+    /// Queued for a repeated (duplicate) request: the requester counted the request once,
+    /// when it first sent it, so this does not take another of its READ credits.
+    repeated: bool,
 }
 
 /// One response packet to build.
@@ -60,7 +63,7 @@ pub struct Response {
 impl ReadReply {
     /// The responses to a READ request at `psn` for `len` bytes at `va`.
     pub const fn new(rkey: u32, va: u64, len: u32, psn: Psn, msn: u32, mtu: IbMtu) -> Self {
-        Self { rkey, va, len, psn, msn, sent: 0, end: packet_count(len, mtu) }
+        Self { rkey, va, len, psn, msn, sent: 0, end: packet_count(len, mtu), repeated: false }
     }
 
     /// PSNs (response packets) the request consumes.
@@ -132,6 +135,15 @@ impl<S: DerefMut<Target = [ReadReply]>> ReadReplies<S> {
         self.len
     }
 
+    /// Replies owed to new requests: what `max_dest_rd_atomic` limits. Replies to repeated
+    /// requests are left out: a requester that saw a late LAST response of a request it had
+    /// already sent again counts that READ as done while the repeat's responses are still
+    /// queued here, and may rightly send a new READ in its place (rdma_rxe's does the same;
+    /// refusing it would fail a QP over a lost packet).
+    pub fn owed_to_new_requests(&self) -> usize {
+        (0..self.len).filter(|&i| !self.slots[self.slot(i)].repeated).count()
+    }
+
     fn slot(&self, i: usize) -> usize {
         self.head.wrapping_add(i).checked_rem(self.slots.len()).unwrap_or(0)
     }
@@ -167,7 +179,7 @@ impl<S: DerefMut<Target = [ReadReply]>> ReadReplies<S> {
             }
             break;
         }
-        self.push(reply)
+        self.push(ReadReply { repeated: true, ..reply })
     }
 
     /// The oldest reply, to send from.
@@ -302,5 +314,34 @@ mod tests {
         q.repeat(ReadReply::new(1, 0x400, 3 * 1024, Psn::new(1), 0, MTU), MTU).unwrap();
         assert_eq!(q.len(), 1);
         assert_eq!(q.front_mut().unwrap().next(MTU).unwrap().psn.get(), 1);
+    }
+
+    #[test]
+    fn replies_to_repeats_do_not_count_against_the_limit() {
+        let mut storage = slots();
+        let mut q = ReadReplies::new(&mut storage[..]);
+        // Four READs of 32 responses (max_dest_rd_atomic 4); the first was sent in full.
+        for i in 0..4u32 {
+            q.push(ReadReply::new(i, 0, 32 * 1024, Psn::new(i * 32), 0, MTU)).unwrap();
+        }
+        for _ in 0..32 {
+            q.front_mut().unwrap().sent_one();
+        }
+        q.pop();
+        assert_eq!(q.owed_to_new_requests(), 3);
+        // The requester timed out too early and asks again for all four; then the first's
+        // LAST arrives after all, and it sends a fifth READ in the first's place.
+        for i in 0..4u32 {
+            q.repeat(ReadReply::new(i, 0, 32 * 1024, Psn::new(i * 32), 0, MTU), MTU).unwrap();
+        }
+        assert_eq!((q.len(), q.owed_to_new_requests()), (4, 0), "the repeats replaced the originals");
+        q.push(ReadReply::new(4, 0, 32 * 1024, Psn::new(128), 0, MTU)).unwrap();
+        assert_eq!(q.owed_to_new_requests(), 1, "the fifth READ is within the four allowed");
+        // A repeat from the middle of a reply: the original's rest still counts, once.
+        let mut storage = slots();
+        let mut q = ReadReplies::new(&mut storage[..]);
+        q.push(ReadReply::new(1, 0, 4 * 1024, Psn::new(0), 0, MTU)).unwrap();
+        q.repeat(ReadReply::new(1, 0x800, 2 * 1024, Psn::new(2), 0, MTU), MTU).unwrap();
+        assert_eq!((q.len(), q.owed_to_new_requests()), (2, 1));
     }
 }
