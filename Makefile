@@ -10,6 +10,7 @@
 #   make run             the demo: VM, device, ibv_devinfo (and pingpong/perftest once they work)
 #   make clippy          the module through clippy (the kernel's CLIPPY=1, with rustc-web's clippy)
 #   make check           all tests: host unit tests + VM selftests
+#   make soak            the hostile campaign for 30 min (SOAK_MINUTES): hostile peer, lossy link
 #   make bench           rxe_rs vs rdma_rxe vs TCP on two VMs (bench kernel): table, CSV, PNG
 
 SHELL := /bin/bash
@@ -25,7 +26,7 @@ KDIR ?= $(shell $(ROOT)/scripts/kernel.sh path $(KFLAVOR))
 KDIR_DEP := $(if $(filter $(RXE_RS_CACHE)/%,$(KDIR)),$(KDIR)/.rxe_rs-built)
 KMAKE = $(MAKE) -C $(KDIR) M=$(ROOT) $(KMAKE_TOOLS)
 
-.PHONY: all module provider kdir kernel clean install setup run check test unit-test selftest bench clippy
+.PHONY: all module provider kdir kernel clean install setup run check test unit-test selftest bench clippy soak
 
 all: module provider
 
@@ -73,6 +74,9 @@ check test:
 
 bench:
 	$(ROOT)/scripts/bench.sh
+
+soak:
+	$(ROOT)/scripts/soak.sh
 
 unit-test:
 	cargo test --locked --workspace

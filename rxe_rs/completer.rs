@@ -9,8 +9,8 @@ use crate::{
     device::RxeDevice,
     kext::{ib::Device, mmap::RingIndex},
     proto::{
-        completer::{on_aeth, AckOutcome, AfterAck, RemoteError, Span},
-        headers::{Aeth, Syndrome},
+        completer::{on_aeth, unacknowledged_from, AckOutcome, AfterAck, RemoteError, Span},
+        headers::Aeth,
         packet::Datagram,
         psn::Psn,
         timers::{rnr_delay_ns, RETRY_FOREVER},
@@ -183,10 +183,7 @@ fn ack(qp: &QpInner, s: &mut QpState, aeth: Aeth, psn: Psn) -> core::result::Res
     for _ in 0..completed {
         retire(qp, &mut s.req, wc_status::SUCCESS);
     }
-    let through = match aeth.syndrome {
-        Syndrome::Ack { .. } => psn.add(1),
-        _ => psn,
-    };
+    let through = unacknowledged_from(aeth.syndrome, psn, then);
     if through.diff(s.req.acked_psn) > 0 && through.diff(s.req.next_psn) <= 0 {
         s.req.acked_psn = through;
         skip_acknowledged(&mut s.req);

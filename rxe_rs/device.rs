@@ -290,6 +290,10 @@ impl ib::Driver for RxeDevice {
         Ok(())
     }
 
+    fn fill_res_qp_entry(qp: &Qp<Self>, out: &mut ib::DriverAttrs<'_>) -> Result {
+        qp.inner.report(out)
+    }
+
     fn destroy_qp(dev: &Device<Self>, qp: &Qp<Self>) {
         dev.qps.remove(qp.inner.qpn & limits::QPN_INDEX_MASK);
         qp.inner.detach();

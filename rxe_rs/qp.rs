@@ -32,7 +32,7 @@ use crate::{
 };
 use core::sync::atomic::{fence, AtomicBool, Ordering};
 use kernel::{
-    new_work,
+    c_str, new_work,
     prelude::*,
     sync::Arc,
     workqueue::{self, impl_has_work, Work, WorkItem},
@@ -385,6 +385,36 @@ impl QpInner {
 }
 
 impl QpInner {
+    /// The requester's and responder's state, for `rdma resource show qp -dd` (what a stalled
+    /// QP is waiting for).
+    pub(crate) fn report(&self, out: &mut ib::DriverAttrs<'_>) -> Result {
+        let s = self.state.lock();
+        let r = &s.req;
+        out.put_u32(c_str!("sq-consumer"), r.consumer)?;
+        out.put_u32(c_str!("sq-cur"), r.cur)?;
+        out.put_u32(c_str!("sq-fetched"), r.fetched)?;
+        out.put_u32(c_str!("next-psn"), r.next_psn.get())?;
+        out.put_u32(c_str!("acked-psn"), r.acked_psn.get())?;
+        out.put_u32(c_str!("sent-end"), r.sent_end.get())?;
+        out.put_u32(c_str!("reads-in-flight"), r.reads_in_flight)?;
+        out.put_u32(c_str!("timer-armed"), u32::from(r.timer_armed))?;
+        out.put_u32(c_str!("retries-left"), u32::from(r.retries_left))?;
+        out.put_u32(c_str!("rnr-wait"), u32::from(r.rnr_wait))?;
+        out.put_u32(c_str!("window"), r.window.limit())?;
+        out.put_u32(c_str!("backoff"), u32::from(r.window.backoff()))?;
+        if r.consumer != r.fetched {
+            let w = r.work(r.consumer);
+            out.put_u32(c_str!("oldest-first-psn"), w.first_psn.get())?;
+            out.put_u32(c_str!("oldest-npkts"), w.npkts)?;
+            out.put_u32(c_str!("oldest-sent"), w.sent)?;
+            out.put_u32(c_str!("oldest-read-got"), w.read_got)?;
+            out.put_u32(c_str!("oldest-reads-out"), w.reads_out)?;
+        }
+        out.put_u32(c_str!("epsn"), s.resp.seq.epsn.get())?;
+        out.put_u32(c_str!("read-replies-owed"), s.resp.reads_owed() as u32)?;
+        Ok(())
+    }
+
     /// Moves a port counter of the device.
     pub(crate) fn count(&self, c: Counter) {
         self.dev.get().counters.inc(c);

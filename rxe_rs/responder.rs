@@ -96,6 +96,11 @@ impl Responder {
         })
     }
 
+    /// READ replies queued (owed), for the QP's report.
+    pub(crate) fn reads_owed(&self) -> usize {
+        self.reads.len()
+    }
+
     /// Ready to receive at `epsn` (move to RTR).
     pub(crate) fn start(&mut self, epsn: Psn) {
         self.stop();

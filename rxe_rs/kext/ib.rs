@@ -193,6 +193,22 @@ pub(crate) mod cq_notify {
     pub(crate) const REPORT_MISSED_EVENTS: u32 = bindings::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS;
 }
 
+/// The driver-specific attributes of an object being reported over netlink (`rdma resource
+/// show ... -dd`).
+pub(crate) struct DriverAttrs<'a> {
+    msg: *mut bindings::sk_buff,
+    _msg: PhantomData<&'a mut bindings::sk_buff>,
+}
+
+impl DriverAttrs<'_> {
+    /// Adds the attribute `name` with `value`.
+    pub(crate) fn put_u32(&mut self, name: &CStr, value: u32) -> Result {
+        // SAFETY: `msg` is the message the RDMA core is building for this call; `name` is a
+        // NUL-terminated string it copies.
+        to_result(unsafe { bindings::rdma_nl_put_driver_u32(self.msg, name.as_char_ptr(), value) })
+    }
+}
+
 /// The driver side of an `ib_device`.
 #[vtable]
 pub(crate) trait Driver: Sized + Send + Sync + 'static {
@@ -256,6 +272,10 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     fn query_qp(qp: &Qp<Self>, attr: &mut QpAttr, init: &mut QpInitAttr) -> Result;
     /// Destroys a QP (dropped right after).
     fn destroy_qp(dev: &Device<Self>, qp: &Qp<Self>);
+    /// Optional: the QP's driver state as named values, for `rdma resource show qp -dd`.
+    fn fill_res_qp_entry(_qp: &Qp<Self>, _out: &mut DriverAttrs<'_>) -> Result {
+        kernel::build_error(kernel::error::VTABLE_DEFAULT_ERROR)
+    }
 
     /// The send-queue doorbell: user space posted WQEs into the QP's ring (`post_send` with
     /// no kernel work requests).
@@ -635,6 +655,7 @@ impl<T: Driver> Adapter<T> {
             create_qp: Some(Self::create_qp),
             modify_qp: Some(Self::modify_qp),
             query_qp: Some(Self::query_qp),
+            fill_res_qp_entry: if T::HAS_FILL_RES_QP_ENTRY { Some(Self::fill_res_qp_entry) } else { None },
             destroy_qp: Some(Self::destroy_qp),
             post_send: Some(Self::post_send),
             post_recv: Some(Self::post_recv),
@@ -992,6 +1013,21 @@ impl<T: Driver> Adapter<T> {
         from_result(|| {
             // SAFETY: a live QP of ours and valid out-structs.
             unsafe { T::query_qp(Qp::<T>::from_raw(qp), &mut *attr, &mut *init)? };
+            Ok(0)
+        })
+    }
+
+    /// `ib_device_ops.fill_res_qp_entry`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.fill_res_qp_entry` says: only for devices made
+    /// by [`NewDevice`], with a live QP and the netlink message it is building.
+    unsafe extern "C" fn fill_res_qp_entry(msg: *mut bindings::sk_buff, qp: *mut bindings::ib_qp) -> kernel::ffi::c_int {
+        from_result(|| {
+            let mut out = DriverAttrs { msg, _msg: PhantomData };
+            // SAFETY: a live QP of ours.
+            T::fill_res_qp_entry(unsafe { Qp::<T>::from_raw(qp) }, &mut out)?;
             Ok(0)
         })
     }

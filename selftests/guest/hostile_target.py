@@ -132,7 +132,13 @@ def main():
                 cq.poll(64)
     except Failed as err:
         verdict = f"not ok victims_intact: {err} (after {rounds} good rounds)"
-        # Stalled or only slow? Wait longer, saying where the two QPs stand.
+        # Stalled or only slow? Wait longer, saying where the two QPs stand (the driver's
+        # requester/responder state included).
+        import subprocess
+        for qpn in (va.qp_num, vb.qp_num):
+            out = subprocess.run(["rdma", "resource", "show", "qp", "lqpn", str(qpn), "-dd"],
+                                 capture_output=True, text=True).stdout
+            print(f"# victim QP {qpn:#x}: " + " ".join(out.split()), flush=True)
         for _ in range(STALL_WATCH_S // 10):
             for name, qp in (("A", va), ("B", vb)):
                 a, _ = qp.query(e.IBV_QP_STATE | e.IBV_QP_SQ_PSN | e.IBV_QP_RQ_PSN)

@@ -35,9 +35,12 @@ fails_with() {
 	grep -q -- "$message" <<<"$out" || { echo "# expected '$message', got: $out"; return 1; }
 }
 
-# A veth pair with IPv4 addresses on both ends, both up: a netdev with carrier.
+# A veth pair with IPv4 addresses on both ends, both up: a netdev with carrier. Waits for udev,
+# which gives a new veth its MAC address a moment later (MACAddressPolicy=persistent): a device
+# created on it before then would take its node GUID from the address about to go.
 make_veth() {
 	ip link add "${1:-veth0}" type veth peer name "${2:-veth1}"
+	udevadm settle --timeout=60 2>/dev/null
 	ip addr add "${3:-10.11.0.1/24}" dev "${1:-veth0}"
 	ip link set "${1:-veth0}" up
 	ip link set "${2:-veth1}" up

@@ -92,6 +92,22 @@ pub fn on_aeth(spans: impl IntoIterator<Item = Span>, syndrome: Syndrome, psn: P
     AckOutcome { completed, then }
 }
 
+/// The oldest PSN an AETH for `psn` leaves unacknowledged, given what [`on_aeth`] made of it:
+/// the one after `psn` for an ACK, `psn` itself for a NAK (which names the PSN expected), but
+/// never past a READ whose responses were lost (`then` resends it): they are still to come. A
+/// requester that took them as acknowledged would drop them as stale, ask again forever, and
+/// never complete the READ (an ACK for a repeated WRITE that followed the READ did this).
+pub fn unacknowledged_from(syndrome: Syndrome, psn: Psn, then: AfterAck) -> Psn {
+    let through = match syndrome {
+        Syndrome::Ack { .. } => psn.add(1),
+        _ => psn,
+    };
+    match then {
+        AfterAck::RetryFrom(from) if through.diff(from) > 0 => from,
+        _ => through,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,6 +138,25 @@ mod tests {
         let spans = [span(0, 0, false), span(1, 4, true), span(5, 5, false)];
         assert_eq!(on_aeth(spans, ACK, Psn::new(5)), AckOutcome { completed: 1, then: AfterAck::RetryFrom(Psn::new(1)) });
         assert_eq!(on_aeth(spans, ACK, Psn::new(0)), AckOutcome { completed: 1, then: AfterAck::Nothing });
+    }
+
+    #[test]
+    fn an_ack_past_an_unanswered_read_leaves_its_responses_unacknowledged() {
+        // A WRITE (PSN 0), a READ of 4 responses (1..4), its repeat in flight; the responder
+        // answers a repeated WRITE packet with an ACK for the last PSN it took (4).
+        let spans = [span(0, 0, false), span(1, 4, true)];
+        let outcome = on_aeth(spans, ACK, Psn::new(4));
+        assert_eq!(outcome.then, AfterAck::RetryFrom(Psn::new(1)));
+        assert_eq!(unacknowledged_from(ACK, Psn::new(4), outcome.then), Psn::new(1), "the READ's responses still count");
+        let plain = on_aeth(spans, ACK, Psn::new(0));
+        assert_eq!(unacknowledged_from(ACK, Psn::new(0), plain.then), Psn::new(1));
+        let nak = Syndrome::Nak(NakCode::PsnSequenceError);
+        let seq = on_aeth([span(10, 10, false), span(11, 13, false)], nak, Psn::new(12));
+        assert_eq!(unacknowledged_from(nak, Psn::new(12), seq.then), Psn::new(12));
+        // Across the PSN wrap.
+        let wrap = [span(0xff_fffe, 0xff_ffff, true)];
+        let past = on_aeth(wrap, ACK, Psn::new(2));
+        assert_eq!(unacknowledged_from(ACK, Psn::new(2), past.then), Psn::new(0xff_fffe));
     }
 
     #[test]

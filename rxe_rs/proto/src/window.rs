@@ -30,6 +30,11 @@ impl Default for SendWindow {
 }
 
 impl SendWindow {
+    /// Timeouts in a row without progress (the wait is doubled that many times).
+    pub fn backoff(&self) -> u8 {
+        self.backoff
+    }
+
     /// Packets that may be outstanding past the last acknowledged PSN.
     pub fn limit(&self) -> u32 {
         self.limit
