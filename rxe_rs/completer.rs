@@ -183,7 +183,7 @@ fn ack(qp: &QpInner, s: &mut QpState, aeth: Aeth, psn: Psn) -> core::result::Res
     for _ in 0..completed {
         retire(qp, &mut s.req, wc_status::SUCCESS);
     }
-    let through = unacknowledged_from(aeth.syndrome, psn, then);
+    let through = unacknowledged_from(fetched_spans(&s.req), aeth.syndrome, psn);
     if through.diff(s.req.acked_psn) > 0 && through.diff(s.req.next_psn) <= 0 {
         s.req.acked_psn = through;
         skip_acknowledged(&mut s.req);
@@ -330,6 +330,20 @@ fn timer_expired_locked(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) 
         rewind(&mut s.req, from);
     }
     qp.run_requester(dev, s);
+}
+
+/// The PSNs of every WQE the kernel holds, sent or not (they are assigned when it is fetched),
+/// oldest first.
+fn fetched_spans(req: &Requester) -> impl Iterator<Item = Span> + '_ {
+    let mut index = req.consumer;
+    core::iter::from_fn(move || {
+        if index == req.fetched {
+            return None;
+        }
+        let w = req.work(index);
+        index = index.wrapping_add(1);
+        Some(Span { first: w.first_psn, last: w.last_psn(), needs_response: w.is_read() })
+    })
 }
 
 /// The spans of the WQEs in flight, oldest first, for [`on_aeth`].

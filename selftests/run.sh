@@ -61,7 +61,7 @@ if ((${#single_vm_tests[@]})); then
 	# Single-VM scripts run in RXE_RS_VMS guests at once (default 2: the scripts are mostly one
 	# process at a time, so two 2-CPU guests keep both host cores busy). Scripts go to the guest with
 	# the least work so far, costliest first (measured seconds under TCG; new scripts count 300).
-	declare -A cost=([rxe_rs_recv]=420 [rxe_rs_data]=240 [rxe_rs_link]=300 [rxe_rs_objects]=200 [rxe_rs_hostile]=150)
+	declare -A cost=([rxe_rs_recv]=420 [rxe_rs_data]=240 [rxe_rs_link]=300 [rxe_rs_objects]=200 [rxe_rs_hostile]=150 [rxe_rs_hostile_peer]=250)
 	vms=${RXE_RS_VMS:-2}
 	((vms > ${#single_vm_tests[@]})) && vms=${#single_vm_tests[@]}
 	declare -a group load

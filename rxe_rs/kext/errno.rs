@@ -15,3 +15,8 @@ pub(crate) fn eopnotsupp() -> Error {
 pub(crate) fn eaddrinuse() -> Error {
     Error::from_errno(-98)
 }
+
+/// Message too long (uapi 90): a netlink message has no room left.
+pub(crate) fn emsgsize() -> Error {
+    Error::from_errno(-90)
+}

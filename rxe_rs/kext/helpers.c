@@ -283,3 +283,18 @@ unsigned long rxe_rs_helper_jiffies(void)
 {
 	return jiffies;
 }
+
+struct nlattr *rxe_rs_helper_driver_nest_start(struct sk_buff *msg)
+{
+	return nla_nest_start_noflag(msg, RDMA_NLDEV_ATTR_DRIVER);
+}
+
+void rxe_rs_helper_nest_end(struct sk_buff *msg, struct nlattr *nest)
+{
+	nla_nest_end(msg, nest);
+}
+
+void rxe_rs_helper_nest_cancel(struct sk_buff *msg, struct nlattr *nest)
+{
+	nla_nest_cancel(msg, nest);
+}

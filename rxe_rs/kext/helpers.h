@@ -17,6 +17,9 @@
 #include <rdma/ib_verbs.h>
 #include <rdma/uverbs_ioctl.h>
 #include <rdma/ib_umem.h>
+#include <rdma/restrack.h>
+#include <rdma/rdma_netlink.h>
+#include <net/netlink.h>
 
 void rxe_rs_helper_dev_hold(struct net_device *ndev);
 void rxe_rs_helper_dev_put(struct net_device *ndev);
@@ -56,6 +59,11 @@ void rxe_rs_helper_link_lock(void);
 void rxe_rs_helper_link_unlock(void);
 
 void *rxe_rs_helper_vzalloc_account(unsigned long size);
+/* The nest of driver attributes in an `rdma resource` netlink message (nla_nest_start/end are
+ * static inline). Start returns NULL when the message is full. */
+struct nlattr *rxe_rs_helper_driver_nest_start(struct sk_buff *msg);
+void rxe_rs_helper_nest_end(struct sk_buff *msg, struct nlattr *nest);
+void rxe_rs_helper_nest_cancel(struct sk_buff *msg, struct nlattr *nest);
 struct vm_area_struct;
 void rxe_rs_helper_vma_set_ring_flags(struct vm_area_struct *vma);
 

@@ -1025,9 +1025,24 @@ impl<T: Driver> Adapter<T> {
     /// by [`NewDevice`], with a live QP and the netlink message it is building.
     unsafe extern "C" fn fill_res_qp_entry(msg: *mut bindings::sk_buff, qp: *mut bindings::ib_qp) -> kernel::ffi::c_int {
         from_result(|| {
+            // The attributes go in the driver's nest of the message (`rdma ... -dd` shows it).
+            // SAFETY: the message the core is building.
+            let nest = unsafe { bindings::rxe_rs_helper_driver_nest_start(msg) };
+            if nest.is_null() {
+                return Err(super::errno::emsgsize());
+            }
             let mut out = DriverAttrs { msg, _msg: PhantomData };
             // SAFETY: a live QP of ours.
-            T::fill_res_qp_entry(unsafe { Qp::<T>::from_raw(qp) }, &mut out)?;
+            let filled = T::fill_res_qp_entry(unsafe { Qp::<T>::from_raw(qp) }, &mut out);
+            // SAFETY: `nest` was opened in `msg` above and nothing else closed it.
+            unsafe {
+                if filled.is_ok() {
+                    bindings::rxe_rs_helper_nest_end(msg, nest);
+                } else {
+                    bindings::rxe_rs_helper_nest_cancel(msg, nest);
+                }
+            }
+            filled?;
             Ok(0)
         })
     }
