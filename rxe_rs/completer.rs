@@ -27,7 +27,9 @@ use crate::{
 pub(crate) fn retire(qp: &QpInner, req: &mut Requester, status: u32) {
     let index = req.consumer;
     let w = *req.work(index);
-    req.reads_in_flight = req.reads_in_flight.saturating_sub(w.reads_out);
+    if w.is_read() {
+        req.reads.received_before(w.last_psn().add(1)); // flushed: nothing more is asked for
+    }
     if status != wc_status::SUCCESS || qp.sq_sig_all || w.wqe.flags & send_flags::SIGNALED != 0 {
         let cqe = Cqe {
             wr_id: w.wqe.wr_id,
@@ -69,7 +71,6 @@ pub(crate) fn rewind(req: &mut Requester, psn: Psn) {
     while i != end {
         let w = req.work_mut(i);
         // A READ asks again from its first missing response, anything else resends from `psn`.
-        let reads_out = core::mem::take(&mut w.reads_out);
         w.sent = if w.is_read() {
             w.read_got
         } else if i == index {
@@ -77,7 +78,6 @@ pub(crate) fn rewind(req: &mut Requester, psn: Psn) {
         } else {
             0
         };
-        req.reads_in_flight = req.reads_in_flight.saturating_sub(reads_out);
         i = i.wrapping_add(1);
     }
     req.cur = index;
@@ -268,15 +268,10 @@ fn read_response(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, d: &Dat
         qp.fail(s, index, status);
         return Err(Counter::RcvdPkts);
     }
-    let w = s.req.work_mut(index);
-    w.read_got += 1;
-    // A LAST ends one of its requests. (After a spurious timeout, a late LAST of the request
-    // that was repeated counts for the repeat: one more READ request may go out early, and
-    // `retire` settles the count.)
-    if d.info.is_last && w.reads_out > 0 {
-        w.reads_out -= 1;
-        s.req.reads_in_flight = s.req.reads_in_flight.saturating_sub(1);
-    }
+    s.req.work_mut(index).read_got += 1;
+    // Responses arrive in order: the requests that end here are answered (whatever the
+    // opcode said; rdma_rxe answers a repeat from the middle with MIDDLE..LAST).
+    s.req.reads.received_before(psn.add(1));
     s.req.acked_psn = psn.add(1);
     if is_last {
         retire(qp, &mut s.req, wc_status::SUCCESS);

@@ -396,7 +396,7 @@ impl QpInner {
         out.put_u32(c_str!("next-psn"), r.next_psn.get())?;
         out.put_u32(c_str!("acked-psn"), r.acked_psn.get())?;
         out.put_u32(c_str!("sent-end"), r.sent_end.get())?;
-        out.put_u32(c_str!("reads-in-flight"), r.reads_in_flight)?;
+        out.put_u32(c_str!("reads-in-flight"), r.reads.len() as u32)?;
         out.put_u32(c_str!("timer-armed"), u32::from(r.timer_armed))?;
         out.put_u32(c_str!("retries-left"), u32::from(r.retries_left))?;
         out.put_u32(c_str!("rnr-wait"), u32::from(r.rnr_wait))?;
@@ -408,7 +408,6 @@ impl QpInner {
             out.put_u32(c_str!("oldest-npkts"), w.npkts)?;
             out.put_u32(c_str!("oldest-sent"), w.sent)?;
             out.put_u32(c_str!("oldest-read-got"), w.read_got)?;
-            out.put_u32(c_str!("oldest-reads-out"), w.reads_out)?;
         }
         out.put_u32(c_str!("epsn"), s.resp.seq.epsn.get())?;
         out.put_u32(c_str!("read-replies-owed"), s.resp.reads_owed() as u32)?;

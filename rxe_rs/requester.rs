@@ -13,6 +13,7 @@ use crate::{
         headers::{Bth, Reth},
         mtu::IbMtu,
         psn::Psn,
+        read_requests::{ReadRequest, ReadRequests, MAX_READ_REQUESTS},
         segment::{packet_count, segment, MessageKind},
         window::SendWindow,
         wire::Frame,
@@ -26,12 +27,13 @@ use kernel::prelude::*;
 
 /// An ACK is requested at least every this many packets of a long message.
 const PACKETS_PER_ACK_REQ: u32 = 32;
-/// An RDMA READ is asked for in parts of at most this many responses, sent within the send
-/// window as a WRITE's packets are: READ responses are not acknowledged, so nothing else keeps a
-/// large READ from arriving as one burst that overflows the path. Parts never cross a multiple
-/// of this from the READ's first PSN, so a request for what was lost never reaches past the end
-/// of the request it repeats (the responder took that one's PSNs, and no more).
+/// An RDMA READ is asked for in parts of at most this many responses (fewer while the send
+/// window is smaller), sent within the send window as a WRITE's packets are: READ responses are
+/// not acknowledged, so nothing else keeps a large READ from arriving as one burst that
+/// overflows the path. A part asked for again ends where it first ended ([`ReadRequests`]).
 const READ_PART: u32 = 32;
+// Every READ request `max_rd_atomic` allows can be remembered.
+const _: () = assert!(MAX_READ_REQUESTS == limits::MAX_RD_ATOMIC as usize);
 /// WQEs the kernel holds copies of at a time (at most the SQ's slots): what is in flight, not
 /// the whole ring, so a QP's kernel memory does not grow with `max_send_wr`. More are fetched
 /// as these complete.
@@ -51,8 +53,6 @@ pub(crate) struct SendWork {
     pub(crate) sent: u32,
     /// READ: response packets received (and scattered) so far.
     pub(crate) read_got: u32,
-    /// READ: its requests whose last response has not arrived.
-    pub(crate) reads_out: u32,
 }
 
 impl SendWork {
@@ -115,8 +115,9 @@ pub(crate) struct Requester {
     pub(crate) sent_end: Psn,
     /// Everything before this PSN is acknowledged.
     pub(crate) acked_psn: Psn,
-    /// READ requests out whose last response has not arrived (what `max_rd_atomic` limits).
-    pub(crate) reads_in_flight: u32,
+    /// READ requests sent as new whose responses did not all arrive: what `max_rd_atomic`
+    /// limits, and what a request sent again may ask for.
+    pub(crate) reads: ReadRequests<KVec<ReadRequest>>,
     /// A gap in a READ's responses made us ask again from this PSN: the rest of the burst
     /// that lost a packet arrives past the gap too, and must not ask again each time.
     pub(crate) read_asked_again: Option<Psn>,
@@ -144,6 +145,7 @@ impl Requester {
             works: KVVec::from_elem(SendWork::default(), copies, GFP_KERNEL_ACCOUNT)?,
             sges: KVVec::from_elem(Sge::default(), sges, GFP_KERNEL_ACCOUNT)?,
             inline: KVVec::from_elem(0u8, inline, GFP_KERNEL_ACCOUNT)?,
+            reads: ReadRequests::new(KVec::from_elem(ReadRequest::default(), MAX_READ_REQUESTS, GFP_KERNEL_ACCOUNT)?),
             max_sge: max_sge as usize,
             max_inline: max_inline as usize,
             consumer: 0,
@@ -153,7 +155,6 @@ impl Requester {
             next_psn: Psn::new(0),
             sent_end: Psn::new(0),
             acked_psn: Psn::new(0),
-            reads_in_flight: 0,
             read_asked_again: None,
             noack_pkts: 0,
             retries_left: 0,
@@ -210,7 +211,7 @@ impl Requester {
         self.fetched = 0;
         self.cur = 0;
         self.started_end = 0;
-        self.reads_in_flight = 0;
+        self.reads.clear();
         self.read_asked_again = None;
         self.noack_pkts = 0;
         self.rnr_wait = false;
@@ -357,27 +358,41 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> (bo
         if index == s.req.started_end && s.attrs.state == state::SQD {
             break; // SQD: no new message starts
         }
-        if w.is_read() && s.req.reads_in_flight >= u32::from(s.attrs.max_rd_atomic).max(1) {
+        if w.sent == 0 && w.wqe.flags & send_flags::FENCE != 0 && !s.req.reads.is_empty() {
             break;
         }
-        if w.sent == 0 && w.wqe.flags & send_flags::FENCE != 0 && s.req.reads_in_flight > 0 {
-            break;
-        }
-        let unacked = w.first_psn.add(w.sent).diff(s.req.acked_psn).max(0) as u32;
-        let room = s.req.window.limit().saturating_sub(unacked);
+        let at = w.first_psn.add(w.sent);
+        let unacked = at.diff(s.req.acked_psn).max(0) as u32;
+        let limit = s.req.window.limit();
+        let room = limit.saturating_sub(unacked);
+        // A READ asked for again (`at` was sent before) is not new to the responder.
+        let repeat = w.is_read() && at.diff(s.req.sent_end) < 0;
         // Packets (or READ responses asked for) this step.
-        let psns = if w.is_read() {
-            let part = (READ_PART - w.sent % READ_PART).min(w.npkts - w.sent);
-            // Not one request per arriving response: wait for room for the whole part.
-            if room < part.min(s.req.window.limit()) {
+        let psns = if repeat {
+            // The rest of the request that first asked for `at`. (None: its responses all
+            // arrived, which rewinds never ask again for; one response is safe anyway.)
+            let part = s.req.reads.repeat_from(at).unwrap_or(1).min(w.npkts - w.sent);
+            // Not one request per arriving response: wait for room for the whole part (or a
+            // window's worth: a repeat may not be split, the responder may drop its second half).
+            if room < part.min(limit) {
                 break;
             }
-            part.min(room)
+            part
+        } else if w.is_read() {
+            if s.req.reads.len() >= usize::from(s.attrs.max_rd_atomic).max(1) {
+                break;
+            }
+            let part = (READ_PART - w.sent % READ_PART).min(w.npkts - w.sent).min(limit.max(1));
+            if room < part {
+                break;
+            }
+            part
         } else if room == 0 {
             break;
         } else {
             1
         };
+        let new_read = w.is_read() && !repeat;
         if tx.is_none() {
             tx = Transmitter::new(dev, &av);
         }
@@ -402,10 +417,9 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> (bo
         if end.diff(req.sent_end) > 0 {
             req.sent_end = end;
         }
-        let w = req.work_mut(index);
-        if w.is_read() {
-            w.reads_out += 1;
-            req.reads_in_flight += 1;
+        if new_read {
+            // Fits: `reads.len() < max_rd_atomic <= MAX_READ_REQUESTS`, checked above.
+            let _ = req.reads.push(ReadRequest { first: at, count: psns });
         }
         if req.work(index).fully_sent() {
             req.cur = req.cur.wrapping_add(1);

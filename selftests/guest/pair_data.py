@@ -14,6 +14,7 @@ read_data_intact, send_completed; the server write_data_intact, send_data_intact
 import json
 import random
 import socket
+import subprocess
 import sys
 import time
 
@@ -117,9 +118,17 @@ class End:
             got.extend(wcs[:n])
             if not n:
                 if time.time() > deadline:
+                    self.show_state()
                     raise Failed(f"{what}: {len(got)} of {count} completions in {COMPLETION_TIMEOUT_S} s")
                 time.sleep(0.002)
         return got
+
+    def show_state(self):
+        """Prints where our QP stands, as the driver reports it (rxe_rs reports its requester's
+        and responder's state with -dd)."""
+        out = subprocess.run(["rdma", "resource", "show", "qp", "lqpn", str(self.qp.qp_num), "-dd"],
+                             capture_output=True, text=True).stdout
+        print(f"# QP {self.qp.qp_num:#x}: " + " ".join(out.split()), flush=True)
 
     def rdma(self, opcode, peer, size, what):
         """Moves `size` bytes between our MR and the peer's, CHUNK per WR, OUTSTANDING at once."""

@@ -15,6 +15,7 @@ pub mod opcode;
 pub mod packet;
 pub mod psn;
 pub mod read_reply;
+pub mod read_requests;
 pub mod responder;
 pub mod segment;
 pub mod timers;
