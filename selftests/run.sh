@@ -24,7 +24,7 @@ if (($# == 0)); then
 fi
 # The tests' knobs, passed on into the guests (profiles: make check's short one, make soak's).
 knobs=()
-for v in RXE_RS_HOSTILE_PACKETS RXE_RS_LOSSY_MIB RXE_RS_IMPAIRMENT RXE_RS_LOSSY_BASELINE; do
+for v in RXE_RS_HOSTILE_PACKETS RXE_RS_LOSSY_MIB RXE_RS_IMPAIRMENT RXE_RS_LOSSY_BASELINE RXE_RS_LOSSY_PAIRINGS RXE_RS_LIFECYCLE_ROUNDS; do
 	[[ -n ${!v:-} ]] && knobs+=("$v=${!v}")
 done
 
