@@ -465,13 +465,14 @@ impl QpInner {
 
     /// Runs the requester and acts on how it ended.
     pub(crate) fn run_requester(&self, dev: &crate::kext::ib::Device<RxeDevice>, s: &mut QpState) {
-        let (sent, end) = requester::run(dev, self, s);
-        match end {
+        match requester::run(dev, self, s) {
             RunEnd::Idle => {}
             RunEnd::Failed(index, status) => return self.fail(s, index, status),
             RunEnd::BrokenRing => return self.fatal(s),
         }
-        if sent && !s.req.timer_armed {
+        // Whatever is unacknowledged has a timer to resend it: also when this run sent nothing
+        // (the window was shut, the READ credits used up) after a timeout had disarmed it.
+        if !s.req.timer_armed {
             completer::arm_retransmit(self, s);
         }
     }

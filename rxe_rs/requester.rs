@@ -142,9 +142,9 @@ impl Requester {
         let sges = copies.checked_mul(max_sge as usize).ok_or(EINVAL)?;
         let inline = copies.checked_mul(max_inline as usize).ok_or(EINVAL)?;
         Ok(Self {
-            works: KVVec::from_elem(SendWork::default(), copies, GFP_KERNEL_ACCOUNT)?,
-            sges: KVVec::from_elem(Sge::default(), sges, GFP_KERNEL_ACCOUNT)?,
-            inline: KVVec::from_elem(0u8, inline, GFP_KERNEL_ACCOUNT)?,
+            works: KVVec::from_elem(SendWork::default(), copies, crate::kext::gfp_user_sized())?,
+            sges: KVVec::from_elem(Sge::default(), sges, crate::kext::gfp_user_sized())?,
+            inline: KVVec::from_elem(0u8, inline, crate::kext::gfp_user_sized())?,
             reads: ReadRequests::new(KVec::from_elem(ReadRequest::default(), MAX_READ_REQUESTS, GFP_KERNEL_ACCOUNT)?),
             max_sge: max_sge as usize,
             max_inline: max_inline as usize,
@@ -318,22 +318,21 @@ pub(crate) enum RunEnd {
     BrokenRing,
 }
 
-/// Fetches newly posted WQEs and sends what the window allows. Returns whether it sent
-/// anything, and how it ended.
-pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> (bool, RunEnd) {
+/// Fetches newly posted WQEs and sends what the window allows. Returns how it ended.
+pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> RunEnd {
     let mtu = s.attrs.path_mtu;
     let req = &mut s.req;
     // Copy out what the process posted.
     let producer = qp.sq.load(RingIndex::Producer);
     // Read once: the process may move it while we work, and the loop must not follow.
     let Some(new) = qp.sq.geometry().occupancy(producer, req.consumer).and_then(|posted| req.fetchable(posted)) else {
-        return (false, RunEnd::BrokenRing);
+        return RunEnd::BrokenRing;
     };
     for _ in 0..new {
         let index = req.fetched;
         if let Err(status) = req.fetch_one(qp, index) {
             req.fetched = req.fetched.wrapping_add(1);
-            return (false, RunEnd::Failed(index, status));
+            return RunEnd::Failed(index, status);
         }
         let w = req.works[req.slot(index)];
         let npkts = packet_count(w.len, mtu);
@@ -345,13 +344,12 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> (bo
         req.fetched = req.fetched.wrapping_add(1);
     }
     if req.rnr_wait {
-        return (false, RunEnd::Idle);
+        return RunEnd::Idle;
     }
     let Some(av) = s.attrs.av else {
-        return (false, RunEnd::Idle);
+        return RunEnd::Idle;
     };
     let mut tx = None;
-    let mut sent_any = false;
     while s.req.cur != s.req.fetched {
         let index = s.req.cur;
         let w = *s.req.work(index);
@@ -393,19 +391,20 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> (bo
             1
         };
         let new_read = w.is_read() && !repeat;
-        if tx.is_none() {
-            tx = Transmitter::new(dev, &av);
-        }
-        // No route: the retransmission timer tries again.
-        let Some(t) = tx.as_ref() else { break };
+        // Looked up once per run; `None` (counted) when there is no route or no memory for one.
+        let tx = tx.get_or_insert_with(|| Transmitter::new(dev, &av));
         let edge = s.req.window.is_edge(unacked);
-        let ack_req = match send_packet(dev, qp, &av, s.attrs.dest_qpn, mtu, &s.req, index, psns, t, edge) {
-            Ok(ack_req) => ack_req,
-            // Lost before the wire: the retransmission timer recovers it, as any loss.
-            Err(TxError::Dropped) => true,
-            Err(TxError::Payload(status)) => return (sent_any, RunEnd::Failed(index, status)),
+        let sent = match tx.as_ref() {
+            Some(t) => send_packet(dev, qp, &av, s.attrs.dest_qpn, mtu, &s.req, index, psns, t, edge),
+            None => Err(TxError::Dropped),
         };
-        sent_any = true;
+        let ack_req = match sent {
+            Ok(ack_req) => ack_req,
+            // Lost before the wire (no route, no memory): the retransmission timer recovers
+            // it, as any loss. Stopping here instead would leave it with no timer to retry it.
+            Err(TxError::Dropped) => true,
+            Err(TxError::Payload(status)) => return RunEnd::Failed(index, status),
+        };
         let req = &mut s.req;
         if index == req.started_end {
             req.started_end = index.wrapping_add(1);
@@ -425,7 +424,7 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> (bo
             req.cur = req.cur.wrapping_add(1);
         }
     }
-    (sent_any, RunEnd::Idle)
+    RunEnd::Idle
 }
 
 /// Builds and sends the next packet of the work at `index` (for a READ, the request for its

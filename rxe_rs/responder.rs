@@ -303,10 +303,20 @@ pub(crate) fn send_read_replies(dev: &Device<RxeDevice>, qp: &Arc<QpInner>) {
             s.resp.reads.pop();
         }
         budget -= 1;
-        if send_read_response(dev, qp, s, &av, &tx, rkey, &response).is_err() && !finished {
-            // The MR went away or the packet was dropped: the requester asks again for the
-            // rest, and finds out then.
-            s.resp.reads.pop();
+        match send_read_response(dev, qp, s, &av, &tx, rkey, &response) {
+            Ok(()) => {}
+            Err(TxError::Payload(_)) => {
+                // The MR was deregistered (or lost its rights) after the request was checked:
+                // NAK the rest of the READ as a request naming it now would be (rdma_rxe does
+                // the same). Staying silent would have the requester ask again forever.
+                fail(dev, qp, s, Failure::Access, response.psn);
+                return;
+            }
+            // Dropped like a packet lost on the wire: the requester asks again for the rest.
+            Err(TxError::Dropped) if !finished => {
+                s.resp.reads.pop();
+            }
+            Err(TxError::Dropped) => {}
         }
     }
     if !s.resp.reads.is_empty() {
@@ -545,10 +555,16 @@ fn duplicate(dev: &Device<RxeDevice>, qp: &Arc<QpInner>, s: &mut QpState, d: &Da
         if let Some(reth) = Reth::parse(d.ext_headers) {
             // Only PSNs a READ executed before took: the responses must not run past them.
             let end = d.bth.psn.add(packet_count(reth.dma_len, s.attrs.path_mtu));
-            if end.diff(s.resp.seq.epsn) <= 0 && check_remote(dev, qp, s, &reth, access::REMOTE_READ).is_ok() {
-                // More repeats than slots cannot happen (a repeat replaces the tail); if it
-                // did, the requester would simply ask again.
-                let _ = queue_read(qp, s, &reth, d.bth.psn, true);
+            if end.diff(s.resp.seq.epsn) <= 0 {
+                match check_remote(dev, qp, s, &reth, access::REMOTE_READ) {
+                    // More repeats than slots cannot happen (a repeat replaces the tail); if
+                    // it did, the requester would simply ask again.
+                    Ok(()) => {
+                        let _ = queue_read(qp, s, &reth, d.bth.psn, true);
+                    }
+                    // Its MR is gone since the first time: it would be asked for forever.
+                    Err(f) => fail(dev, qp, s, f, d.bth.psn),
+                }
             }
         }
         return;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make soak: the hostile campaign for a long while (SOAK_MINUTES, default 30), in rounds until
-# the time is up: the hostile peer with many more packets, the hostile local user, and the lossy
-# link with more data and rdma_rxe on both ends as the yardstick. Stops at the first failing
-# round; prints the rounds' figures (results/soak/).
+# the time is up: the hostile peer with many more packets, the hostile local user, the life cycle
+# under traffic with more rounds, allocation failures, exhaustion up to max_mr with 100000
+# reg/dereg cycles, and the lossy link with more data and rdma_rxe on both ends as
+# the yardstick. Stops at the first failing round; prints the rounds' figures (results/soak/).
 set -euo pipefail
 source "$(dirname "$0")/lib/env.sh"
 source "$RXE_RS_ROOT/scripts/lib/build.sh"
@@ -10,10 +11,14 @@ source "$RXE_RS_ROOT/scripts/lib/build.sh"
 minutes=${SOAK_MINUTES:-30}
 "$RXE_RS_ROOT/scripts/setup.sh"
 build_all debug
-# The long profile (make check runs the short one: 20000 packets, 1 MiB, no baseline).
+# The long profile (make check runs the short one: 20000 packets, 16 life-cycle rounds, 5000
+# reg/dereg cycles, 1 MiB, no baseline). One round takes ~45 min under TCG.
 export RXE_RS_HOSTILE_PACKETS=${RXE_RS_HOSTILE_PACKETS:-100000}
 export RXE_RS_LOSSY_MIB=${RXE_RS_LOSSY_MIB:-4}
 export RXE_RS_LOSSY_BASELINE=1
+export RXE_RS_LIFECYCLE_ROUNDS=${RXE_RS_LIFECYCLE_ROUNDS:-56}
+export RXE_RS_EXHAUST_CYCLES=${RXE_RS_EXHAUST_CYCLES:-100000}
+export RXE_RS_EXHAUST_FULL=1
 export RXE_RS_RESULTS=$RXE_RS_ROOT/results/soak
 mkdir -p "$RXE_RS_RESULTS"
 
@@ -21,12 +26,12 @@ start=$SECONDS end=$((SECONDS + minutes * 60)) round=0
 while ((round == 0 || SECONDS < end)); do
 	round=$((round + 1))
 	echo "== soak round $round ($(((end - SECONDS) / 60)) min left)"
-	if ! "$RXE_RS_ROOT/selftests/run.sh" "$RXE_RS_ROOT"/selftests/rxe_rs_hostile{_peer,}.sh \
+	if ! "$RXE_RS_ROOT/selftests/run.sh" "$RXE_RS_ROOT"/selftests/rxe_rs_{hostile_peer,hostile,lifecycle,faults,exhaust}.sh \
 		"$RXE_RS_ROOT/selftests/pair/lossy_link.sh"; then
 		echo "soak: round $round failed (logs: $RXE_RS_RESULTS)"
 		exit 1
 	fi
-	grep -h '^# hostile peer' "$RXE_RS_RESULTS"/selftests-vm*.log | sed "s/^/round $round: /"
+	grep -h '^# hostile peer\|^# life cycle' "$RXE_RS_RESULTS"/selftests-vm*.log | sed "s/^/round $round: /"
 	grep -h '^# relay\|started over' "$RXE_RS_RESULTS"/pair/suite-*.log | sed "s/^/round $round: /"
 done
 echo "soak: $round round(s) in $(((SECONDS - start) / 60)) min, all passed"

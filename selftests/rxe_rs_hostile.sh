@@ -9,7 +9,8 @@ source "$(dirname "$0")/guest/lib.sh"
 DEV=rxers0
 
 checks=(read_remote_addr_wraps mr_iova_wraps_refused sq_producer_backwards
-	reset_stops_the_timer full_cq_fails_the_qp recv_after_error_is_flushed qp_numbers_not_sequential mr_churn)
+	reset_stops_the_timer full_cq_fails_the_qp recv_after_error_is_flushed qp_numbers_not_sequential mr_churn
+	mmap_wrong_offsets_and_after_destroy fork_with_mapped_rings dereg_mr_under_remote_traffic modify_qp_out_of_range)
 ktap_print_header
 ktap_set_plan ${#checks[@]}
 reset_or_bail

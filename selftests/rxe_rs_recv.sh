@@ -8,7 +8,7 @@ DEV=rxers0
 here=$(dirname "$0")
 
 ktap_print_header
-ktap_set_plan 20
+ktap_set_plan 22
 reset_or_bail
 ip netns del rxpeer 2>/dev/null
 ip netns add rxpeer
@@ -143,10 +143,24 @@ check "the ACK for the PSN sent completes the WRITE" test "$verdict" = completed
 echo quit >&"${ACKER[1]}"
 reap "$ACKER_PID"
 
-before=$(( $(counter rcvd_malformed) + $(counter rcvd_icrc_err) ))
+# Random datagrams, twice: random bytes after the UDP header (the ICRC check drops nearly all),
+# then random BTHs and bodies with valid ICRCs, which reach the parser and the QP lookup (to a
+# QP number nobody has): every one is dropped and counted, none as an ICRC error.
+drops() {
+	local c sum=0
+	for c in rcvd_malformed rcvd_icrc_err rcvd_unknown_qp rcvd_unsupported rcvd_wrong_transport rcvd_bad_pkey; do
+		sum=$((sum + $(counter $c)))
+	done
+	echo $sum
+}
+before=$(drops)
 send 0x123456 garbage 2000
-all_counted() { (( $(counter rcvd_malformed) + $(counter rcvd_icrc_err) - before == 2000 )); }
-check "2000 random datagrams are all dropped and counted" wait_for 30 all_counted
+all_counted() { (($(drops) - before == $1)); }
+check "2000 random datagrams are all dropped and counted" wait_for 30 all_counted 2000
+before=$(drops) icrc_before=$(counter rcvd_icrc_err)
+send 0x123456 random 2000
+check "2000 random BTHs and bodies with valid ICRCs: all dropped and counted" wait_for 30 all_counted 2000
+check "... and none of them as an ICRC error" test "$(counter rcvd_icrc_err)" = "$icrc_before"
 rdma statistic show link "$DEV/1" | sed 's/^/# /'
 check "the device still works after that" bash -c "ibv_devinfo -d $DEV | grep -q PORT_ACTIVE"
 

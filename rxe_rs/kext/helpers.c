@@ -136,10 +136,11 @@ void rxe_rs_helper_vma_set_ring_flags(struct vm_area_struct *vma)
 	vm_flags_set(vma, VM_DONTEXPAND | VM_DONTDUMP);
 }
 
-/* Zeroed and charged to the caller's memory cgroup (vmalloc_user cannot charge). */
+/* Zeroed and charged to the caller's memory cgroup (vmalloc_user cannot charge); the size is
+ * the process's choice, so a failure is its ENOMEM and not a warning in the log. */
 void *rxe_rs_helper_vzalloc_account(unsigned long size)
 {
-	return __vmalloc(size, GFP_KERNEL_ACCOUNT | __GFP_ZERO);
+	return __vmalloc(size, GFP_KERNEL_ACCOUNT | __GFP_ZERO | __GFP_NOWARN);
 }
 
 /* Lists the pinned pages of a umem in order; returns how many there are. */

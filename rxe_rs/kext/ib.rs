@@ -642,6 +642,7 @@ impl<T: Driver> Adapter<T> {
             query_pkey: Some(Self::query_pkey),
             alloc_ucontext: Some(Self::alloc_ucontext),
             dealloc_ucontext: Some(Self::dealloc_ucontext),
+            disassociate_ucontext: Some(Self::disassociate_ucontext),
             mmap: Some(mmap::mmap),
             mmap_free: Some(mmap::mmap_free),
             alloc_hw_port_stats: Some(Self::alloc_hw_port_stats),
@@ -790,6 +791,20 @@ impl<T: Driver> Adapter<T> {
     /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
     /// pointers.
     unsafe extern "C" fn dealloc_ucontext(_uctx: *mut bindings::ib_ucontext) {}
+
+    /// `ib_device_ops.disassociate_ucontext`: the device is going (`rdma link delete`, the
+    /// netdev removed, the module unloaded) while a process still has it open. With this op
+    /// the core destroys the process's objects and lets the device go at once (the process
+    /// gets `IB_EVENT_DEVICE_FATAL` and EIO); without it, unregistering waits until every such
+    /// process has exited, and `ip link del` of the netdev hangs with it. Nothing is left to
+    /// undo here: a ring's pages are held by the process's VMA itself (`vm_insert_page`), so
+    /// they stay valid memory for it until it unmaps them, and no code of ours runs on them.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.disassociate_ucontext` says: only for devices
+    /// made by [`NewDevice`], with a live ucontext.
+    unsafe extern "C" fn disassociate_ucontext(_uctx: *mut bindings::ib_ucontext) {}
 
     /// The device of a core object's `device` field.
     ///

@@ -25,7 +25,14 @@ pub(crate) mod umem;
 pub(crate) mod work;
 pub(crate) mod xmit;
 
-use kernel::{init::PinInit, prelude::*, types::Opaque};
+use kernel::{alloc::Flags, init::PinInit, prelude::*, types::Opaque};
+
+/// Allocation flags for memory whose size a process chooses (rings, WQE copies, page lists):
+/// charged to its memory cgroup, and a failure is its ENOMEM, not a warning with a stack dump
+/// in the kernel log (which any user could otherwise cause at will).
+pub(crate) fn gfp_user_sized() -> Flags {
+    GFP_KERNEL_ACCOUNT | __GFP_NOWARN
+}
 
 /// Like [`Opaque::ffi_init`], for C constructors that can fail (registrations).
 pub(crate) fn opaque_try_init<T>(

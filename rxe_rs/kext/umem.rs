@@ -32,8 +32,8 @@ impl PinnedUserMemory {
         let umem = NonNull::new(umem).ok_or(ENOMEM)?;
         let mut this = Self { umem, pages: KVVec::new(), offset: (addr as usize) % PAGE_SIZE, len: len as usize };
         let needed = (this.offset + this.len).div_ceil(PAGE_SIZE);
-        this.pages.reserve(needed, GFP_KERNEL_ACCOUNT)?;
-        let mut raw = KVVec::<*mut bindings::page>::with_capacity(needed, GFP_KERNEL_ACCOUNT)?;
+        this.pages.reserve(needed, super::gfp_user_sized())?;
+        let mut raw = KVVec::<*mut bindings::page>::with_capacity(needed, super::gfp_user_sized())?;
         // SAFETY: `raw` has room for `needed` entries and the helper writes at most that many.
         let n = unsafe { bindings::rxe_rs_helper_umem_pages(umem.as_ptr(), raw.as_mut_ptr(), needed) };
         if n != needed {
@@ -42,7 +42,7 @@ impl PinnedUserMemory {
         // SAFETY: the helper initialised `n` entries.
         unsafe { raw.set_len(n) };
         for page in raw.iter() {
-            this.pages.push(NonNull::new(*page).ok_or(EFAULT)?, GFP_KERNEL_ACCOUNT)?;
+            this.pages.push(NonNull::new(*page).ok_or(EFAULT)?, super::gfp_user_sized())?;
         }
         Ok(this)
     }

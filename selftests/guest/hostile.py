@@ -9,6 +9,7 @@ import ctypes
 import ctypes.util
 import errno
 import mmap
+import os
 import sys
 import time
 
@@ -16,7 +17,7 @@ from pyverbs.qp import QPAttr
 from pyverbs.wr import RecvWR, SGE, SendWR
 import pyverbs.enums as e
 
-from rdma_data import Side, connected, expect, expect_status, pair, pattern, run_checks, wait_event
+from rdma_data import Failed, Side, connected, expect, expect_status, pair, pattern, run_checks, wait_event
 from verbs import ipv4_gid_index
 from ring_scribble import PRODUCER, others_still_work, post_in_sqd, qp_state, scribble_pair, u32
 
@@ -176,9 +177,219 @@ def mr_churn(ctx):
     others_still_work(ctx)
 
 
+def uverbs_maps():
+    """{start: (size, file offset)} of this process's mappings of a uverbs device."""
+    found = {}
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            if len(fields) >= 6 and fields[5].startswith("/dev/infiniband/uverbs"):
+                lo, hi = (int(x, 16) for x in fields[0].split("-"))
+                found[lo] = (hi - lo, int(fields[2], 16))
+    return found
+
+
+def uverbs_fds():
+    fds = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("/dev/infiniband/uverbs"):
+                fds.append(int(fd))
+        except OSError:
+            pass
+    return fds
+
+
+def try_map(fd, length, offset, flags=mmap.MAP_SHARED):
+    """mmap(2) of the uverbs fd: the mapping, or the OSError's errno."""
+    try:
+        return mmap.mmap(fd, length, flags=flags, prot=mmap.PROT_READ | mmap.PROT_WRITE, offset=offset)
+    except OSError as err:
+        return err.errno
+
+
+def mmap_wrong_offsets_and_after_destroy(ctx):
+    """mmap(2) of a ring with a length past it, at an offset inside it, at offsets no ring has,
+    and MAP_PRIVATE: each refused. After its CQ and QP are destroyed, a ring's offset maps no
+    more, while a mapping made before stays readable and writable (its pages live until the
+    munmap; kmemleak checks they are freed then)."""
+    before = uverbs_maps()
+    side = Side(ctx, cqe=256)
+    new = {a: v for a, v in uverbs_maps().items() if a not in before}
+    expect(len(new) == 3, f"{len(new)} new uverbs mappings for a CQ and a QP, want 3")
+    size, offset = max(new.values())  # the CQ's ring, the largest
+    fd = mine = None
+    for candidate in uverbs_fds():
+        got = try_map(candidate, size, offset)
+        if not isinstance(got, int):
+            fd, mine = candidate, got
+            break
+    expect(fd is not None, "no uverbs fd maps the CQ's ring again")
+    page = mmap.PAGESIZE
+    refused = [(size + page, offset, mmap.MAP_SHARED, "a length past the ring"),
+               (size - page, offset + page, mmap.MAP_SHARED, "an offset inside the ring"),
+               (page, offset + (1 << 30), mmap.MAP_SHARED, "an offset no ring has"),
+               (page, (1 << 44), mmap.MAP_SHARED, "an offset far past any"),
+               (size, offset, mmap.MAP_PRIVATE, "MAP_PRIVATE")]
+    for length, off, flags, what in refused:
+        got = try_map(fd, length, off, flags)
+        if not isinstance(got, int):
+            got.close()
+            raise Failed(f"mmap with {what} succeeded")
+    mine[0:4] = b"\x01\x02\x03\x04"
+    side.qp.close()
+    side.cq.close()
+    got = try_map(fd, size, offset)
+    if not isinstance(got, int):
+        got.close()
+        raise Failed("a destroyed CQ's ring can still be mapped")
+    mine[0:size] = bytes([0x5A]) * size  # its pages are still the process's
+    expect(mine[size - 1] == 0x5A, "the old mapping does not hold what was written")
+    mine.close()
+    others_still_work(ctx)
+
+
+def fork_with_mapped_rings(ctx):
+    """A child forked with the rings mapped writes garbage into every ring it inherited and
+    sleeps; meanwhile the parent destroys those QPs and CQs; then the child exits. The parent's
+    new QPs work (KASAN and kmemleak check the pages outlived the objects and were freed)."""
+    a, b = pair(ctx)
+    before = uverbs_maps()
+    extra = Side(ctx, cqe=256)
+    rings = {a_: v for a_, v in uverbs_maps().items() if a_ not in before}
+    expect(len(rings) == 3, f"{len(rings)} new uverbs mappings, want 3")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            for start, (size, _) in rings.items():
+                ctypes.memset(start, 0xA5, size)
+            os.write(w, b"x")
+            time.sleep(2)
+        finally:
+            os._exit(0)
+    os.close(w)
+    expect(os.read(r, 1) == b"x", "the child did not write its rings")
+    extra.qp.close()
+    extra.cq.close()
+    _, status = os.waitpid(pid, 0)
+    expect(os.WIFEXITED(status), f"the child died: status {status:#x}")
+    # The pair made before the fork still moves data.
+    data = pattern(4096, 9)
+    remote = b.mr(4096)
+    _src = a.start_data(e.IBV_WR_RDMA_WRITE, data, remote, wr_id=61)
+    wc = a.completion("the WRITE after the fork")
+    expect_status(wc, e.IBV_WC_SUCCESS, "the WRITE after the fork")
+    expect(remote.read(4096, 0) == data, "the WRITE after the fork did not land")
+    others_still_work(ctx)
+
+
+def dereg_mr_under_remote_traffic(ctx):
+    """An MR is deregistered while a 4 MiB READ from it (4096 responses, sent in batches) and
+    WRITEs of 64 KiB into it are under way: each completes as a success or an error, never a
+    hang (a READ whose MR went away between two responses is NAKed, not left to be asked for
+    forever); a WRITE posted after the dereg does not land."""
+    a, b = pair(ctx)
+    big = 4 << 20
+    local = a.mr(big)
+    target = b.mr(big)
+    rkey, addr = target.rkey, target.buf
+    a.start(e.IBV_WR_RDMA_READ, [SGE(local.buf, big, local.lkey)], rkey, addr, wr_id=70)
+    for i in range(1, 8):
+        a.start(e.IBV_WR_RDMA_WRITE, [SGE(local.buf, 64 << 10, local.lkey)], rkey, addr + (i << 16), wr_id=70 + i)
+    time.sleep(0.2)
+    target.close()
+    statuses = [a.completion(f"wr {70 + i}", timeout=120).status for i in range(8)]
+    allowed = {e.IBV_WC_SUCCESS, e.IBV_WC_REM_ACCESS_ERR, e.IBV_WC_WR_FLUSH_ERR}
+    expect(set(statuses) <= allowed, f"completion statuses {statuses}")
+    # A new pair, the same rkey: the MR is gone.
+    c, _d = pair(ctx)
+    stale = c.mr(64)
+    c.start(e.IBV_WR_RDMA_WRITE, [SGE(stale.buf, 64, stale.lkey)], rkey, addr, wr_id=90)
+    wc = c.completion("the WRITE to the deregistered MR")
+    expect_status(wc, e.IBV_WC_REM_ACCESS_ERR, "the WRITE to the deregistered MR")
+    print(f"statuses while deregistering: {statuses}")
+    others_still_work(ctx)
+
+
+def modify_qp_out_of_range(ctx):
+    """modify_qp with each attribute out of its range (timeout, retry counts, RNR timer, MTU,
+    port, P_Key index, ORD/IRD past the device's) fails with EINVAL, a GID index with no entry
+    with ENODATA, and each leaves the QP as it was: it then connects and moves data."""
+    from pyverbs.addr import AHAttr, GlobalRoute
+    from pyverbs.pyverbs_error import PyverbsRDMAError
+    a, b = Side(ctx), Side(ctx)
+    gid_index, gid = ipv4_gid_index(ctx)
+    dev = ctx.query_device()
+    init = QPAttr(qp_state=e.IBV_QPS_INIT)
+    init.pkey_index, init.port_num = 0, 1
+    init.qp_access_flags = e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+    init_mask = e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS
+
+    def refused(attr, mask, what, errnos=(errno.EINVAL,)):
+        try:
+            a.qp.modify(attr, mask)
+        except PyverbsRDMAError as err:
+            expect(err.error_code in errnos, f"{what}: errno {err.error_code}, want one of {errnos}")
+            return
+        raise Failed(f"{what} was accepted")
+
+    for name, value in (("port_num", 2), ("port_num", 0), ("pkey_index", 1), ("pkey_index", 0xFFFF)):
+        bad = QPAttr(qp_state=e.IBV_QPS_INIT)
+        bad.pkey_index, bad.port_num, bad.qp_access_flags = 0, 1, init.qp_access_flags
+        setattr(bad, name, value)
+        refused(bad, init_mask, f"INIT with {name} {value}")
+    a.qp.modify(init, init_mask)
+
+    def rtr(**changes):
+        attr = QPAttr(qp_state=e.IBV_QPS_RTR)
+        attr.path_mtu, attr.dest_qp_num, attr.rq_psn = e.IBV_MTU_1024, b.qp.qp_num, 0x10
+        attr.max_dest_rd_atomic, attr.min_rnr_timer = 4, 1
+        gr = GlobalRoute(dgid=gid, sgid_index=changes.pop("sgid_index", gid_index), hop_limit=64)
+        attr.ah_attr = AHAttr(is_global=1, port_num=changes.pop("ah_port", 1), gr=gr)
+        for k, v in changes.items():
+            setattr(attr, k, v)
+        return attr
+    rtr_mask = (e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN | e.IBV_QP_RQ_PSN
+                | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
+    for what, attr in (("path_mtu 0", rtr(path_mtu=0)), ("path_mtu 6", rtr(path_mtu=6)),
+                       ("path_mtu 255", rtr(path_mtu=255)), ("min_rnr_timer 32", rtr(min_rnr_timer=32)),
+                       ("max_dest_rd_atomic past max_qp_init_rd_atom",
+                        rtr(max_dest_rd_atomic=min(dev.max_qp_init_rd_atom + 1, 255))),
+                       ("an AV on port 2", rtr(ah_port=2))):
+        refused(attr, rtr_mask, f"RTR with {what}")
+    # The core looks the GID up before the driver sees the AV: no entry is ENODATA.
+    refused(rtr(sgid_index=255), rtr_mask, "RTR with sgid_index 255", (errno.EINVAL, errno.ENODATA))
+    a.qp.modify(rtr(), rtr_mask)
+
+    def rts(**changes):
+        attr = QPAttr(qp_state=e.IBV_QPS_RTS)
+        attr.timeout, attr.retry_cnt, attr.rnr_retry, attr.sq_psn, attr.max_rd_atomic = 14, 7, 7, 0x10, 4
+        for k, v in changes.items():
+            setattr(attr, k, v)
+        return attr
+    rts_mask = (e.IBV_QP_STATE | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT | e.IBV_QP_RNR_RETRY | e.IBV_QP_SQ_PSN
+                | e.IBV_QP_MAX_QP_RD_ATOMIC)
+    for what, attr in (("timeout 32", rts(timeout=32)), ("timeout 255", rts(timeout=255)),
+                       ("retry_cnt 8", rts(retry_cnt=8)), ("rnr_retry 8", rts(rnr_retry=8)),
+                       ("max_rd_atomic past max_qp_rd_atom", rts(max_rd_atomic=min(dev.max_qp_rd_atom + 1, 255)))):
+        refused(attr, rts_mask, f"RTS with {what}")
+    a.qp.modify(rts(), rts_mask)
+    b.connect(a.qp.qp_num, gid_index, gid)
+    data = pattern(256, 8)
+    remote = b.mr(256)
+    _src = a.start_data(e.IBV_WR_RDMA_WRITE, data, remote, wr_id=81)
+    wc = a.completion("the WRITE after the refusals")
+    expect_status(wc, e.IBV_WC_SUCCESS, "the WRITE after the refusals")
+    expect(remote.read(256, 0) == data, "the WRITE after the refusals did not land")
+
+
 CHECKS = {f.__name__: f for f in [read_remote_addr_wraps, mr_iova_wraps_refused,
                                    sq_producer_backwards, reset_stops_the_timer, full_cq_fails_the_qp,
-                                   recv_after_error_is_flushed, qp_numbers_not_sequential, mr_churn]}
+                                   recv_after_error_is_flushed, qp_numbers_not_sequential, mr_churn,
+                                   mmap_wrong_offsets_and_after_destroy, fork_with_mapped_rings,
+                                   dereg_mr_under_remote_traffic, modify_qp_out_of_range]}
 
 if __name__ == "__main__":
     run_checks(CHECKS, sys.argv[1], sys.argv[2:])

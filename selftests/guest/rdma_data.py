@@ -11,6 +11,7 @@ Usage: rdma_data.py DEVICE [CHECK...]   prints "ok NAME" or "not ok NAME: why" p
 import errno
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -91,7 +92,13 @@ class Side:
             if n:
                 return wcs[0]
             time.sleep(0.01)
-        raise Failed(f"no completion for {what} in {timeout} s")
+        raise Failed(f"no completion for {what} in {timeout} s; the QP: {self.driver_state()}")
+
+    def driver_state(self):
+        """The driver's view of this QP (rdma resource show ... -dd): indices, PSNs, timers."""
+        out = subprocess.run(["rdma", "resource", "show", "qp", "lqpn", str(self.qp.qp_num), "-dd"],
+                             capture_output=True, text=True, check=False)
+        return " ".join((out.stdout + out.stderr).split())
 
     def start(self, opcode, sges, rkey=None, addr=None, wr_id=1):
         """Posts one signaled WR (an RDMA one to `addr` under `rkey`) without waiting."""

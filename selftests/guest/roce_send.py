@@ -1,7 +1,7 @@
 """Sends one crafted RoCEv2 datagram over raw IPv4, to exercise the receive path.
 
 Usage: roce_send.py SRC_IP DST_IP QPN KIND[,KIND...] [COUNT]
-KIND: valid | bad_icrc | truncated | bad_opcode | garbage
+KIND: valid | bad_icrc | truncated | bad_opcode | garbage | random
       | op:OPCODE:PSN:LEN:CHAR[:PKEY]  (a well-formed packet: opcode, PSN, LEN bytes of CHAR)
       | read:PSN:VA:RKEY:LEN    (an RDMA READ request for LEN bytes at VA under RKEY)
       | ack:PSN:MSN             (an RC ACKNOWLEDGE with an ACK AETH)
@@ -66,6 +66,16 @@ def packet(src, dst, qpn, kind, rng):
         pkt = bytearray(datagram(src, dst, qpn)[:28] + junk)
         pkt[2:4] = struct.pack("!H", len(pkt))
         pkt[24:26] = struct.pack("!H", len(pkt) - 20)
+    elif kind == "random":
+        # Random BTH fields (opcode, flags, P_Key, PSN; the QPN as given) and random bytes after
+        # them, closed with a valid ICRC: past the ICRC check into the parser and the QP lookup.
+        bth = bytes(rng.getrandbits(8) for _ in range(4)) + struct.pack("!I", qpn & 0xFFFFFF)
+        bth += bytes(rng.getrandbits(8) for _ in range(4))
+        junk = bth + bytes(rng.getrandbits(8) for _ in range(rng.randrange(0, 300)))
+        body = bytearray(datagram(src, dst, qpn)[:28] + junk)
+        body[2:4] = struct.pack("!H", len(body) + 4)
+        body[24:26] = struct.pack("!H", len(body) + 4 - 20)
+        pkt = body + struct.pack("<I", icrc(bytes(body)))
     elif kind != "valid":
         sys.exit(f"unknown kind {kind}")
     return bytes(pkt)

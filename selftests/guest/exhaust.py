@@ -1,0 +1,174 @@
+"""Exhaustion: objects up to the device's limits, key churn, and what a process's QPs cost its
+memory cgroup (libibverbs through ctypes for the hot loops; pyverbs for the rest).
+
+Each check ends with the device still working for a fresh pair of QPs; kmemleak and dmesg are
+checked by the suite after the script.
+
+Usage: exhaust.py DEVICE [CHECK...]   prints "ok NAME" or "not ok NAME: why" per check.
+Knob: RXE_RS_EXHAUST_CYCLES, the reg/dereg cycles of mr_churn_bounded (default 5000).
+"""
+import ctypes
+import errno
+import os
+import sys
+import time
+
+from pyverbs.cq import CQ
+from pyverbs.pd import PD
+from pyverbs.qp import QP, QPCap, QPInitAttr
+import pyverbs.enums as e
+
+from hostile import Verbs
+from rdma_data import expect, run_checks
+from ring_scribble import others_still_work
+
+CGROUP = "/sys/fs/cgroup/rxe_rs_exhaust"
+
+
+def verbs(ctx):
+    """A second context and PD through libibverbs directly (ctypes: a call costs
+    microseconds, pyverbs' objects tens of them)."""
+    v = Verbs(ctx.name)
+    lib = v.lib
+    for fn, res, args in (("ibv_dealloc_pd", ctypes.c_int, [ctypes.c_void_p]),
+                          ("ibv_reg_mr", ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int])):
+        getattr(lib, fn).restype, getattr(lib, fn).argtypes = res, args
+    return v
+
+
+def lkey(mr):
+    # struct ibv_mr { context*, pd*, addr*, size_t length, u32 handle, u32 lkey, u32 rkey }
+    return ctypes.c_uint32.from_address(mr + 36).value
+
+
+def until_refused(make, limit):
+    """Calls make() until it returns NULL (at most limit + 1 times): (objects, errno)."""
+    made = []
+    for _ in range(limit + 1):
+        ctypes.set_errno(0)
+        obj = make()
+        if not obj:
+            return made, ctypes.get_errno()
+        made.append(obj)
+    return made, 0
+
+
+def pds_to_the_limit(ctx):
+    """alloc_pd up to max_pd: the next one fails with ENOMEM; all freed, PDs can be had again."""
+    v = verbs(ctx)
+    limit = ctx.query_device().max_pd
+    start = time.time()
+    pds, err = until_refused(lambda: v.lib.ibv_alloc_pd(v.ctx), limit)
+    # Verbs() holds one PD of its own.
+    expect(len(pds) + 1 == limit, f"{len(pds) + 1} PDs before a refusal, max_pd is {limit}")
+    expect(err == errno.ENOMEM, f"the PD past max_pd failed with errno {err}, want ENOMEM")
+    for pd in pds:
+        expect(v.lib.ibv_dealloc_pd(pd) == 0, "dealloc_pd failed")
+    again, _ = until_refused(lambda: v.lib.ibv_alloc_pd(v.ctx), 15)
+    expect(len(again) == 16, "PDs cannot be had again after freeing them")
+    for pd in again:
+        v.lib.ibv_dealloc_pd(pd)
+    print(f"{limit} PDs in {time.time() - start:.0f} s")
+    others_still_work(ctx)
+
+
+def mrs_to_the_limit(ctx):
+    """reg_mr up to max_mr (one page registered again and again): the next one fails with
+    ENOMEM; keys are distinct; all freed, MRs can be had again."""
+    v = verbs(ctx)
+    limit = ctx.query_device().max_mr
+    start = time.time()
+    mrs, err = until_refused(lambda: v.lib.ibv_reg_mr(v.pd, v.addr, 4096, e.IBV_ACCESS_LOCAL_WRITE), limit)
+    expect(len(mrs) == limit, f"{len(mrs)} MRs before a refusal, max_mr is {limit}")
+    expect(err == errno.ENOMEM, f"the MR past max_mr failed with errno {err}, want ENOMEM")
+    expect(len({lkey(mr) for mr in mrs}) == len(mrs), "live MRs share keys")
+    for mr in mrs:
+        expect(v.lib.ibv_dereg_mr(mr) == 0, "dereg_mr failed")
+    print(f"{limit} MRs in {time.time() - start:.0f} s")
+    others_still_work(ctx)
+
+
+def kernel_memory_kib():
+    """Slab plus vmalloc in use, KiB (/proc/meminfo)."""
+    fields = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            name, value = line.split(":")
+            fields[name] = int(value.split()[0])
+    return fields["Slab"] + fields["VmallocUsed"]
+
+
+def mr_churn_bounded(ctx):
+    """RXE_RS_EXHAUST_CYCLES reg/dereg cycles, 64 MRs live at a time: keys stay distinct
+    among the live ones and kernel memory does not grow with the number of cycles."""
+    cycles = int(os.environ.get("RXE_RS_EXHAUST_CYCLES", "5000"))
+    v = verbs(ctx)
+    batch = 64
+
+    def rounds(n):
+        for _ in range(n):
+            mrs = [v.lib.ibv_reg_mr(v.pd, v.addr, 4096, e.IBV_ACCESS_LOCAL_WRITE) for _ in range(batch)]
+            expect(all(mrs), f"reg_mr failed (errno {ctypes.get_errno()})")
+            expect(len({lkey(mr) for mr in mrs}) == batch, "live MRs share keys")
+            for mr in mrs:
+                expect(v.lib.ibv_dereg_mr(mr) == 0, "dereg_mr failed")
+
+    rounds(16)  # warm: the key table's chunks, slab caches
+    before = kernel_memory_kib()
+    start = time.time()
+    rounds(max(cycles // batch, 1))
+    took = time.time() - start
+    grown = kernel_memory_kib() - before
+    print(f"{cycles} reg/dereg cycles in {took:.0f} s; slab+vmalloc grew {grown} KiB")
+    expect(grown < 8192, f"kernel memory grew {grown} KiB over {cycles} cycles")
+    others_still_work(ctx)
+
+
+def cgroup_file(name, value=None):
+    path = f"{CGROUP}/{name}"
+    if value is None:
+        with open(path) as f:
+            return f.read()
+    with open(path, "w") as f:
+        f.write(str(value))
+
+
+def charged_kib():
+    return int(cgroup_file("memory.current")) // 1024
+
+
+def qp_memory_charged(ctx):
+    """256 QPs of 1024 send and receive WRs: their kernel memory (rings, the kernel's WQE
+    copies) is charged to the process's memory cgroup, at least the rings' size, and given
+    back when they are destroyed."""
+    if not os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        os.system("mount -t cgroup2 none /sys/fs/cgroup")
+    with open("/sys/fs/cgroup/cgroup.subtree_control", "w") as f:
+        f.write("+memory")
+    os.makedirs(CGROUP, exist_ok=True)
+    pd, cq = PD(ctx), CQ(ctx, 64)
+    cap = QPCap(max_send_wr=1024, max_recv_wr=1024, max_send_sge=4, max_recv_sge=4)
+    init = QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap)
+    try:
+        cgroup_file("cgroup.procs", os.getpid())
+        base = charged_kib()
+        qps = [QP(pd, init) for _ in range(256)]
+        grown = charged_kib() - base
+        for qp in qps:
+            qp.close()
+        left = charged_kib() - base
+    finally:
+        with open("/sys/fs/cgroup/cgroup.procs", "w") as f:
+            f.write(str(os.getpid()))
+    os.rmdir(CGROUP)
+    # A send slot holds at least 64 bytes, a receive slot 32: 96 KiB of rings per QP.
+    print(f"256 QPs charged {grown} KiB to the cgroup ({grown // 256} KiB each); {left} KiB after destroying them")
+    expect(grown >= 256 * 96, f"256 QPs charged only {grown} KiB")
+    expect(left < grown // 8, f"{left} of {grown} KiB stayed charged after the QPs were destroyed")
+    others_still_work(ctx)
+
+
+CHECKS = {f.__name__: f for f in [pds_to_the_limit, mrs_to_the_limit, mr_churn_bounded, qp_memory_charged]}
+
+if __name__ == "__main__":
+    run_checks(CHECKS, sys.argv[1], sys.argv[2:])

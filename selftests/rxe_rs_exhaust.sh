@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+# Exhaustion (guest/exhaust.py): PDs up to the device's limit (the next one ENOMEM, all of them
+# freed), reg/dereg churn with kernel memory that stays flat, and QP memory charged to the
+# process's memory cgroup and given back. The suite checks kmemleak and dmesg afterwards.
+# make check: 5000 reg/dereg cycles. make soak (RXE_RS_EXHAUST_FULL=1): 100000 cycles
+# (RXE_RS_EXHAUST_CYCLES), and MRs up to max_mr too (65535 registrations: 8 min under TCG).
+source "$(dirname "$0")/guest/lib.sh"
+DEV=rxers0
+
+checks=(pds_to_the_limit mr_churn_bounded qp_memory_charged)
+[[ -n ${RXE_RS_EXHAUST_FULL:-} ]] && checks+=(mrs_to_the_limit)
+ktap_print_header
+ktap_set_plan ${#checks[@]}
+reset_or_bail
+make_veth veth0 veth1 10.11.0.1/24
+modprobe rxe_rs
+rdma link add "$DEV" type rxe_rs netdev veth0
+wait_for 30 gid_present "$DEV" "0000:0000:0000:0000:0000:ffff:0a0b:0001"
+run_py_checks exhaust.py "${checks[@]}"
+rdma link delete "$DEV"
+reset_or_bail
+ktap_finished
