@@ -25,7 +25,7 @@ fi
 # The tests' knobs, passed on into the guests (profiles: make check's short one, make soak's).
 knobs=()
 for v in RXE_RS_HOSTILE_PACKETS RXE_RS_LOSSY_MIB RXE_RS_IMPAIRMENT RXE_RS_LOSSY_BASELINE RXE_RS_LOSSY_PAIRINGS RXE_RS_LIFECYCLE_ROUNDS \
-	RXE_RS_EXHAUST_CYCLES RXE_RS_EXHAUST_FULL; do
+	RXE_RS_EXHAUST_CYCLES RXE_RS_EXHAUST_FULL RXE_RS_FAULT_ROUNDS; do
 	[[ -n ${!v:-} ]] && knobs+=("$v=${!v}")
 done
 
@@ -63,7 +63,7 @@ if ((${#single_vm_tests[@]})); then
 	# process at a time, so two 2-CPU guests keep both host cores busy). Scripts go to the guest with
 	# the least work so far, costliest first (measured seconds under TCG; new scripts count 300).
 	declare -A cost=([rxe_rs_recv]=420 [rxe_rs_data]=240 [rxe_rs_link]=300 [rxe_rs_objects]=200 [rxe_rs_hostile]=250 [rxe_rs_hostile_peer]=250
-		[rxe_rs_lifecycle]=450 [rxe_rs_exhaust]=150 [rxe_rs_faults]=200)
+		[rxe_rs_lifecycle]=450 [rxe_rs_exhaust]=150 [rxe_rs_faults]=300)
 	vms=${RXE_RS_VMS:-2}
 	((vms > ${#single_vm_tests[@]})) && vms=${#single_vm_tests[@]}
 	declare -a group load

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 # Exhaustion (guest/exhaust.py): PDs up to the device's limit (the next one ENOMEM, all of them
-# freed), reg/dereg churn with kernel memory that stays flat, and QP memory charged to the
-# process's memory cgroup and given back. The suite checks kmemleak and dmesg afterwards.
+# freed), reg/dereg churn with kernel memory that stays flat, QP memory charged to the
+# process's memory cgroup and given back, and one async event per CQ overflow (no flood). The
+# suite checks kmemleak and dmesg afterwards.
 # make check: 5000 reg/dereg cycles. make soak (RXE_RS_EXHAUST_FULL=1): 100000 cycles
 # (RXE_RS_EXHAUST_CYCLES), and MRs up to max_mr too (65535 registrations: 8 min under TCG).
 source "$(dirname "$0")/guest/lib.sh"
 DEV=rxers0
 
-checks=(pds_to_the_limit mr_churn_bounded qp_memory_charged)
+checks=(pds_to_the_limit mr_churn_bounded qp_memory_charged async_events_bounded)
 [[ -n ${RXE_RS_EXHAUST_FULL:-} ]] && checks+=(mrs_to_the_limit)
 ktap_print_header
 ktap_set_plan ${#checks[@]}

@@ -1,5 +1,5 @@
-"""Exhaustion: objects up to the device's limits, key churn, and what a process's QPs cost its
-memory cgroup (libibverbs through ctypes for the hot loops; pyverbs for the rest).
+"""Exhaustion: objects up to the device's limits, key churn, what a process's QPs cost its
+memory cgroup, and async events that cannot flood (libibverbs through ctypes for the hot loops; pyverbs for the rest).
 
 Each check ends with the device still working for a fresh pair of QPs; kmemleak and dmesg are
 checked by the suite after the script.
@@ -10,6 +10,7 @@ Knob: RXE_RS_EXHAUST_CYCLES, the reg/dereg cycles of mr_churn_bounded (default 5
 import ctypes
 import errno
 import os
+import select
 import sys
 import time
 
@@ -19,7 +20,7 @@ from pyverbs.qp import QP, QPCap, QPInitAttr
 import pyverbs.enums as e
 
 from hostile import Verbs
-from rdma_data import expect, run_checks
+from rdma_data import Side, connected, expect, pattern, run_checks
 from ring_scribble import others_still_work
 
 CGROUP = "/sys/fs/cgroup/rxe_rs_exhaust"
@@ -31,9 +32,16 @@ def verbs(ctx):
     v = Verbs(ctx.name)
     lib = v.lib
     for fn, res, args in (("ibv_dealloc_pd", ctypes.c_int, [ctypes.c_void_p]),
+                          ("ibv_close_device", ctypes.c_int, [ctypes.c_void_p]),
                           ("ibv_reg_mr", ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int])):
         getattr(lib, fn).restype, getattr(lib, fn).argtypes = res, args
     return v
+
+
+def close(v):
+    """Closes what verbs() opened (its async event file with it)."""
+    expect(v.lib.ibv_dealloc_pd(v.pd) == 0, "dealloc of the ctypes PD failed")
+    expect(v.lib.ibv_close_device(v.ctx) == 0, "ibv_close_device failed")
 
 
 def lkey(mr):
@@ -69,6 +77,7 @@ def pds_to_the_limit(ctx):
     for pd in again:
         v.lib.ibv_dealloc_pd(pd)
     print(f"{limit} PDs in {time.time() - start:.0f} s")
+    close(v)
     others_still_work(ctx)
 
 
@@ -85,6 +94,7 @@ def mrs_to_the_limit(ctx):
     for mr in mrs:
         expect(v.lib.ibv_dereg_mr(mr) == 0, "dereg_mr failed")
     print(f"{limit} MRs in {time.time() - start:.0f} s")
+    close(v)
     others_still_work(ctx)
 
 
@@ -121,6 +131,7 @@ def mr_churn_bounded(ctx):
     grown = kernel_memory_kib() - before
     print(f"{cycles} reg/dereg cycles in {took:.0f} s; slab+vmalloc grew {grown} KiB")
     expect(grown < 8192, f"kernel memory grew {grown} KiB over {cycles} cycles")
+    close(v)
     others_still_work(ctx)
 
 
@@ -168,7 +179,52 @@ def qp_memory_charged(ctx):
     others_still_work(ctx)
 
 
-CHECKS = {f.__name__: f for f in [pds_to_the_limit, mrs_to_the_limit, mr_churn_bounded, qp_memory_charged]}
+def async_event_fd():
+    """The async event file of the pyverbs context (libibverbs reads it in
+    ibv_get_async_event): opened first, so the lowest-numbered one (the checks close theirs)."""
+    fds = [int(fd) for fd in os.listdir("/proc/self/fd")
+           if os.path.exists(f"/proc/self/fd/{fd}") and "infinibandevent" in os.readlink(f"/proc/self/fd/{fd}")]
+    expect(fds, "no async event file")
+    return min(fds)
+
+
+def drain_events(ctx, fd, quiet=3.0):
+    """Every async event until none comes for `quiet` s, acknowledged: {event type: count}.
+    poll(2) first, so that pyverbs' get_async_event (which blocks holding the GIL) never waits."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    counts = {}
+    while poller.poll(int(quiet * 1000)):
+        event = ctx.get_async_event()
+        counts[event.event_type] = counts.get(event.event_type, 0) + 1
+        event.ack()
+    return counts
+
+
+def async_events_bounded(ctx):
+    """32 QPs whose CQ (room for 1) overflows with 4 signaled WRITEs each, nobody polling:
+    one IBV_EVENT_CQ_ERR per CQ, not one per lost completion, and at most one QP event each;
+    no event for the peers; then the device works."""
+    fd = async_event_fd()
+    drain_events(ctx, fd, quiet=0.5)
+    sides = []
+    for i in range(32):
+        a, b = Side(ctx, cqe=1), Side(ctx)
+        connected(ctx, a, b)
+        remote = b.mr(64)
+        keep = [a.start_data(e.IBV_WR_RDMA_WRITE, pattern(64, n), remote, wr_id=n) for n in range(4)]
+        sides.append((a, b, remote, keep))
+    counts = drain_events(ctx, fd)
+    print(f"async events after 32 CQ overflows: {counts}")
+    expect(counts.get(e.IBV_EVENT_CQ_ERR, 0) == 32, f"{counts.get(e.IBV_EVENT_CQ_ERR, 0)} CQ_ERR events, want 32")
+    others = {k: v for k, v in counts.items() if k != e.IBV_EVENT_CQ_ERR}
+    expect(all(v <= 32 for v in others.values()), f"more than one QP event per QP: {others}")
+    del sides
+    others_still_work(ctx)
+
+
+CHECKS = {f.__name__: f for f in [pds_to_the_limit, mrs_to_the_limit, mr_churn_bounded, qp_memory_charged,
+                                   async_events_bounded]}
 
 if __name__ == "__main__":
     run_checks(CHECKS, sys.argv[1], sys.argv[2:])

@@ -145,8 +145,8 @@ def reset(side):
 
 def datapath_under_failures(ctx):
     """1 in 10 of rxe_rs's allocations fail (any context) while 64 KiB WRITEs, READs back and
-    SENDs run between two QPs, 20 rounds: every byte arrives, failures were injected, and the
-    requester retransmitted what they cost."""
+    SENDs run between two QPs, RXE_RS_FAULT_ROUNDS rounds (6; make soak 40): every byte
+    arrives, failures were injected, and the requester retransmitted what they cost."""
     a, b = pair(ctx)
     size = 64 << 10
     local, remote, rbuf = a.mr(2 * size), b.mr(size), b.mr(size)
@@ -154,7 +154,7 @@ def datapath_under_failures(ctx):
     hit = injected()
     set_probability(10)
     try:
-        for r in range(20):
+        for r in range(int(os.environ.get("RXE_RS_FAULT_ROUNDS", "6"))):
             data = pattern(size, r)
             local.write(data, size, 0)
             b.qp.post_recv(RecvWR(wr_id=r, num_sge=1, sg=[SGE(rbuf.buf, size, rbuf.lkey)]))
