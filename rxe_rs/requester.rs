@@ -396,7 +396,10 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> Run
         let edge = s.req.window.is_edge(unacked);
         let sent = match tx.as_ref() {
             Some(t) => send_packet(dev, qp, &av, s.attrs.dest_qpn, mtu, &s.req, index, psns, t, edge),
-            None => Err(TxError::Dropped),
+            // No route: a loss the retransmission timer recovers. Without a timer (timeout 0)
+            // the packet waits unsent for the next run instead (a doorbell or an ACK).
+            None if s.req.window.ack_timeout_ns(s.attrs.timeout).is_some() => Err(TxError::Dropped),
+            None => break,
         };
         let ack_req = match sent {
             Ok(ack_req) => ack_req,

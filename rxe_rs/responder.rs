@@ -296,6 +296,7 @@ pub(crate) fn send_read_replies(dev: &Device<RxeDevice>, qp: &Arc<QpInner>) {
         };
         reply.sent_one();
         let rkey = reply.rkey;
+        let repeated = reply.is_repeated();
         // Owed no more once its last response is on its way: it leaves the queue now (the
         // queue's length is what `max_dest_rd_atomic` limits).
         let finished = reply.done();
@@ -305,18 +306,21 @@ pub(crate) fn send_read_replies(dev: &Device<RxeDevice>, qp: &Arc<QpInner>) {
         budget -= 1;
         match send_read_response(dev, qp, s, &av, &tx, rkey, &response) {
             Ok(()) => {}
-            Err(TxError::Payload(_)) => {
-                // The MR was deregistered (or lost its rights) after the request was checked:
-                // NAK the rest of the READ as a request naming it now would be (rdma_rxe does
-                // the same). Staying silent would have the requester ask again forever.
+            Err(TxError::Payload(_)) if !repeated => {
+                // The MR was deregistered (or lost its rights) while its READ was being
+                // answered: NAK it with a remote access error, at the response the requester
+                // expects next, which ends the QP as a request naming the MR now would.
+                // Staying silent would have the requester ask again forever (retry_cnt 7).
                 fail(dev, qp, s, Failure::Access, response.psn);
                 return;
             }
             // Dropped like a packet lost on the wire: the requester asks again for the rest.
-            Err(TxError::Dropped) if !finished => {
+            // Also a repeat whose MR is gone: it may answer a spurious retry of a READ the
+            // requester already has, and ending the QP for that would kill a healthy one.
+            Err(_) if !finished => {
                 s.resp.reads.pop();
             }
-            Err(TxError::Dropped) => {}
+            Err(_) => {}
         }
     }
     if !s.resp.reads.is_empty() {
@@ -555,16 +559,13 @@ fn duplicate(dev: &Device<RxeDevice>, qp: &Arc<QpInner>, s: &mut QpState, d: &Da
         if let Some(reth) = Reth::parse(d.ext_headers) {
             // Only PSNs a READ executed before took: the responses must not run past them.
             let end = d.bth.psn.add(packet_count(reth.dma_len, s.attrs.path_mtu));
-            if end.diff(s.resp.seq.epsn) <= 0 {
-                match check_remote(dev, qp, s, &reth, access::REMOTE_READ) {
-                    // More repeats than slots cannot happen (a repeat replaces the tail); if
-                    // it did, the requester would simply ask again.
-                    Ok(()) => {
-                        let _ = queue_read(qp, s, &reth, d.bth.psn, true);
-                    }
-                    // Its MR is gone since the first time: it would be asked for forever.
-                    Err(f) => fail(dev, qp, s, f, d.bth.psn),
-                }
+            // One that does not check is dropped, not NAKed: without a record of the READs
+            // executed (rdma_rxe's responder resources) it cannot be told from a forgery at a
+            // guessed PSN, which must not end the QP.
+            if end.diff(s.resp.seq.epsn) <= 0 && check_remote(dev, qp, s, &reth, access::REMOTE_READ).is_ok() {
+                // More repeats than slots cannot happen (a repeat replaces the tail); if it
+                // did, the requester would simply ask again.
+                let _ = queue_read(qp, s, &reth, d.bth.psn, true);
             }
         }
         return;

@@ -531,7 +531,8 @@ pub(crate) struct DeviceConfig<'a> {
     pub(crate) node_desc: &'a CStr,
     /// Completion vectors offered to user space.
     pub(crate) num_comp_vectors: u32,
-    /// The module that owns the device (uverbs pins it while user space has the device open).
+    /// The module that owns the device (the ops' `owner`; with `disassociate_ucontext` uverbs
+    /// does not pin it while user space has the device open: removal disassociates).
     pub(crate) owner: &'static ThisModule,
 }
 

@@ -6,8 +6,9 @@
 //!
 //! Lifetime: the entry holds the buffer. Dropping the [`UserBuffer`] removes the entry; the
 //! core frees it (our `mmap_free`) once no mmap(2) call is using it. Pages already mapped by a
-//! process hold their own references (`remap_vmalloc_range`), so a process that keeps a mapping
-//! after destroying the object only ever sees memory nobody else uses.
+//! process hold their own references (`vm_insert_page`), so a process that keeps a mapping
+//! after destroying the object (or after the device was disassociated from it) only ever sees
+//! memory nobody else uses.
 
 use super::{bindings, object::UContext};
 use crate::uapi::{RingGeometry, RING_CONSUMER_OFFSET, RING_FLAGS_OFFSET, RING_PRODUCER_OFFSET};

@@ -19,7 +19,7 @@ import pyverbs.enums as e
 
 from rdma_data import Failed, Side, connected, expect, expect_status, pair, pattern, run_checks, wait_event
 from verbs import ipv4_gid_index
-from ring_scribble import PRODUCER, others_still_work, post_in_sqd, qp_state, scribble_pair, u32
+from ring_scribble import PRODUCER, others_still_work, post_in_sqd, qp_state, scribble_pair, u32, uverbs_maps
 
 TOP = (1 << 64) - 1
 
@@ -177,16 +177,14 @@ def mr_churn(ctx):
     others_still_work(ctx)
 
 
-def uverbs_maps():
-    """{start: (size, file offset)} of this process's mappings of a uverbs device."""
-    found = {}
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            fields = line.split()
-            if len(fields) >= 6 and fields[5].startswith("/dev/infiniband/uverbs"):
-                lo, hi = (int(x, 16) for x in fields[0].split("-"))
-                found[lo] = (hi - lo, int(fields[2], 16))
-    return found
+def write_lands(a, b, size, what):
+    """An RDMA WRITE of `size` patterned bytes from `a` into a new MR of `b` succeeds and lands."""
+    data = pattern(size, size & 0xFF)
+    remote = b.mr(size)
+    _src = a.start_data(e.IBV_WR_RDMA_WRITE, data, remote, wr_id=size)
+    wc = a.completion(what)
+    expect_status(wc, e.IBV_WC_SUCCESS, what)
+    expect(remote.read(size, 0) == data, f"{what} did not land")
 
 
 def uverbs_fds():
@@ -276,12 +274,7 @@ def fork_with_mapped_rings(ctx):
     _, status = os.waitpid(pid, 0)
     expect(os.WIFEXITED(status), f"the child died: status {status:#x}")
     # The pair made before the fork still moves data.
-    data = pattern(4096, 9)
-    remote = b.mr(4096)
-    _src = a.start_data(e.IBV_WR_RDMA_WRITE, data, remote, wr_id=61)
-    wc = a.completion("the WRITE after the fork")
-    expect_status(wc, e.IBV_WC_SUCCESS, "the WRITE after the fork")
-    expect(remote.read(4096, 0) == data, "the WRITE after the fork did not land")
+    write_lands(a, b, 4096, "the WRITE after the fork")
     others_still_work(ctx)
 
 
@@ -377,12 +370,7 @@ def modify_qp_out_of_range(ctx):
         refused(attr, rts_mask, f"RTS with {what}")
     a.qp.modify(rts(), rts_mask)
     b.connect(a.qp.qp_num, gid_index, gid)
-    data = pattern(256, 8)
-    remote = b.mr(256)
-    _src = a.start_data(e.IBV_WR_RDMA_WRITE, data, remote, wr_id=81)
-    wc = a.completion("the WRITE after the refusals")
-    expect_status(wc, e.IBV_WC_SUCCESS, "the WRITE after the refusals")
-    expect(remote.read(256, 0) == data, "the WRITE after the refusals did not land")
+    write_lands(a, b, 256, "the WRITE after the refusals")
 
 
 CHECKS = {f.__name__: f for f in [read_remote_addr_wraps, mr_iova_wraps_refused,

@@ -32,16 +32,21 @@ def u32(addr):
     return ctypes.c_uint32.from_address(addr)
 
 
-def uverbs_mappings():
-    """{start address: size} of this process's mappings of the uverbs device."""
+def uverbs_maps():
+    """{start address: (size, file offset)} of this process's mappings of the uverbs device."""
     found = {}
     with open("/proc/self/maps") as maps:
         for line in maps:
             fields = line.split()
             if len(fields) >= 6 and fields[5].startswith("/dev/infiniband/uverbs"):
                 lo, hi = (int(x, 16) for x in fields[0].split("-"))
-                found[lo] = hi - lo
+                found[lo] = (hi - lo, int(fields[2], 16))
     return found
+
+
+def uverbs_mappings():
+    """{start address: size} of this process's mappings of the uverbs device."""
+    return {start: size for start, (size, _) in uverbs_maps().items()}
 
 
 def scribble_pair(ctx):

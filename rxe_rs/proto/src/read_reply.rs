@@ -96,6 +96,11 @@ impl ReadReply {
 
     /// The response [`next`](Self::next) returned went out (or was lost: the requester asks
     /// again for what it misses).
+    /// Queued for a repeated request (see [`ReadReplies::repeat`]).
+    pub fn is_repeated(&self) -> bool {
+        self.repeated
+    }
+
     pub fn sent_one(&mut self) {
         self.sent = self.sent.saturating_add(1).min(self.end);
     }
