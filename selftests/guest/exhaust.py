@@ -1,5 +1,6 @@
 """Exhaustion: objects up to the device's limits, key churn, what a process's QPs cost its
-memory cgroup, and async events that cannot flood (libibverbs through ctypes for the hot loops; pyverbs for the rest).
+memory cgroup, and async events that cannot flood (libibverbs through ctypes for the hot
+loops; pyverbs for the rest).
 
 Each check ends with the device still working for a fresh pair of QPs; kmemleak and dmesg are
 checked by the suite after the script.
