@@ -6,6 +6,7 @@
 #   make KDIR=/lib/modules/$(uname -r)/build   module against another CONFIG_RUST kernel
 #   make kdir            print the test kernel's path
 #   make provider        the libibverbs provider (librxe_rs-rdmav34.so)
+#   make test-tools      programs the VM tests run in the guest (the hostile peer)
 #   make install         install module and provider on this machine
 #   make run             the demo: VM, device, ibv_devinfo (and pingpong/perftest once they work)
 #   make clippy          the module through clippy (the kernel's CLIPPY=1, with rustc-web's clippy)
@@ -26,7 +27,7 @@ KDIR ?= $(shell $(ROOT)/scripts/kernel.sh path $(KFLAVOR))
 KDIR_DEP := $(if $(filter $(RXE_RS_CACHE)/%,$(KDIR)),$(KDIR)/.rxe_rs-built)
 KMAKE = $(MAKE) -C $(KDIR) M=$(ROOT) $(KMAKE_TOOLS)
 
-.PHONY: all module provider kdir kernel clean install setup run check test unit-test selftest bench clippy soak
+.PHONY: all module provider test-tools kdir kernel clean install setup run check test unit-test selftest bench clippy soak
 
 all: module provider
 
@@ -48,6 +49,9 @@ module: $(KDIR_DEP)
 
 provider:
 	cargo build --release --locked -p rxe_rs_provider
+
+test-tools:
+	cargo build --release --locked -p rxe_rs_hostile_peer
 
 # The lints the kernel sets for Rust, and our own #![deny(...)] (arithmetic on ring and wire
 # values). The clippy-driver must match the kernel's rustc: rustc-web's, not rustup's.

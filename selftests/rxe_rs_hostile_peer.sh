@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
-# A hostile peer on the wire (guest/hostile_peer.py, from a peer namespace): RoCEv2 packets with
+# A hostile peer on the wire (selftests/hostile-peer, compiled; from a peer namespace): RoCEv2 packets with
 # valid ICRCs, built from the live state of QPs that trust it, with mutated opcodes, sources,
 # P_Keys, PSNs, RETH/AETH/atomic fields, lengths and truncations. Meanwhile two victim QPs that
 # it cannot legitimately address move data; they must keep moving it intact, the kernel must
 # stay clean, and the packets must have reached the QPs (not died at the ICRC check).
-#   RXE_RS_HOSTILE_PACKETS=N   how many packets (default 20000; `make soak` sends 1M)
+#   RXE_RS_HOSTILE_PACKETS=N   how many packets (default 100000; `make soak` sends 1M a round)
 source "$(dirname "$0")/guest/lib.sh"
 DEV=rxers0
 here=$(dirname "$0")
-PACKETS=${RXE_RS_HOSTILE_PACKETS:-20000}
+PACKETS=${RXE_RS_HOSTILE_PACKETS:-100000}
+PEER=$RXE_RS_ROOT/target/release/hostile-peer
 TARGETS=8
 
 ktap_print_header
-ktap_set_plan 6
+ktap_set_plan 7
 reset_or_bail
 ip netns del rxpeer 2>/dev/null
 ip netns add rxpeer
@@ -43,7 +44,16 @@ if ! check "$TARGETS target QPs trust the peer namespace; two victim QPs run bet
 fi
 
 start=$SECONDS
-stats=$(ip netns exec rxpeer /usr/bin/python3 -I -S "$here/guest/hostile_peer.py" 10.11.0.2 "$state" "$PACKETS" "$RANDOM")
+# The targets' state as the generator's arguments: DST_IP VICTIMS QPN:PEER_QPN:RKEY:VA:SIZE...
+read -r -a peer_args < <(python3 -I -S -c 'import json, sys; s = json.loads(sys.argv[1])
+print(s["addr"], ",".join(map(str, s["victims"])), *("%(qpn)d:%(peer_qpn)d:%(rkey)d:%(va)d:%(size)d" % t for t in s["targets"]))' "$state")
+if ! check "the generator is built and has targets" test -x "$PEER" -a "${#peer_args[@]}" -ge 3; then
+	ip netns del rxpeer
+	ktap_exit_fail_msg "no generator (make test-tools) or no state"
+fi
+seed=$RANDOM$RANDOM
+echo "# hostile peer: $PACKETS packets, seed $seed"
+stats=$(ip netns exec rxpeer "$PEER" 10.11.0.2 "${peer_args[0]}" "$PACKETS" "$seed" "${peer_args[@]:1}")
 echo "# hostile peer ($((SECONDS - start)) s): $stats"
 field() { python3 -I -S -c 'import json, sys; print(json.loads(sys.argv[1]).get(sys.argv[2], 0))' "$stats" "$1"; }
 sent=$(field sent) bad_icrc=$(field bad_icrc) truncated=$(field truncated)

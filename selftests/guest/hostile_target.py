@@ -1,4 +1,4 @@
-"""What hostile_peer.py attacks, and what it must not harm (pyverbs).
+"""What the hostile peer (selftests/hostile-peer) attacks, and what it must not harm (pyverbs).
 
 Targets: RC QPs in RTS whose peer is the hostile namespace (PEER_GID, QPN 0x100 + i), each with
 an MR open to remote READ and WRITE, receives posted, and two WRITEs of its own in flight to the
@@ -8,7 +8,7 @@ cannot legitimately address. While the attack runs, the victims move data in rou
 fresh random data, a READ back, a byte-for-byte compare).
 
 Usage: hostile_target.py DEV GID_INDEX PEER_GID TARGETS
-Prints the state for hostile_peer.py as one JSON line, runs rounds until a line arrives on stdin,
+Prints the state for the hostile peer as one JSON line, runs rounds until a line arrives on stdin,
 then prints "ok victims_intact: N rounds" (or "not ok victims_intact: why") and the targets' fate.
 """
 import json
@@ -22,6 +22,7 @@ from pyverbs.cq import CQ
 from pyverbs.device import Context
 from pyverbs.mr import MR
 from pyverbs.pd import PD
+from pyverbs.pyverbs_error import PyverbsRDMAError
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.wr import RecvWR, SGE, SendWR
 import pyverbs.enums as e
@@ -56,6 +57,42 @@ def to_rts(qp, gid_index, dgid, dest_qpn, post=lambda: None):
               | e.IBV_QP_SQ_PSN | e.IBV_QP_MAX_QP_RD_ATOMIC)
 
 
+class Target:
+    """A QP that trusts the hostile peer. The attack soon drives it to ERR; `revive` brings it
+    back (RESET, then RTS at PSN 0 with receives and two WRITEs of its own posted), so that the
+    packets keep reaching a live QP's checks rather than only "QP not ready"."""
+
+    def __init__(self, qp, cq, mr, connect):
+        self.qp, self.cq, self.mr, self.connect = qp, cq, mr, connect
+        self.revived, self.failed, self.last_error = 0, 0, None
+
+    def start(self):
+        self.connect()
+        for w in range(2):
+            wr = SendWR(wr_id=100 + w, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[SGE(self.mr.buf, 4096, self.mr.lkey)],
+                        send_flags=e.IBV_SEND_SIGNALED)
+            wr.set_wr_rdma(0x1234, 0x10000 * (w + 1))
+            self.qp.post_send(wr)
+
+    def drain(self):
+        while self.cq.poll(64)[0]:
+            pass
+
+    def revive(self):
+        """Brings it back to RTS if the attack moved it out (to ERR, or left it between two steps
+        of an earlier revival). The attack may send it to ERR between two of these steps too;
+        then the next step fails with EINVAL, as it should, and the next call starts over."""
+        if self.qp.query(e.IBV_QP_STATE)[0].qp_state == e.IBV_QPS_RTS:
+            return
+        try:
+            self.qp.modify(QPAttr(qp_state=e.IBV_QPS_RESET), e.IBV_QP_STATE)
+            self.drain()
+            self.start()
+            self.revived += 1
+        except PyverbsRDMAError as err:
+            self.failed += 1
+            self.last_error = str(err)
+
 class Failed(Exception):
     pass
 
@@ -88,14 +125,10 @@ def main():
             for r in range(32):
                 qp.post_recv(RecvWR(wr_id=r, num_sge=1, sg=[SGE(mr.buf + (r % 16) * 2048, 2048, mr.lkey)]))
 
-        to_rts(qp, gid_index, peer_gid, 0x100 + i, post)
-        for w in range(2):
-            wr = SendWR(wr_id=100 + w, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[SGE(mr.buf, 4096, mr.lkey)],
-                        send_flags=e.IBV_SEND_SIGNALED)
-            wr.set_wr_rdma(0x1234, 0x10000 * (w + 1))
-            qp.post_send(wr)
+        target = Target(qp, cq, mr, lambda qp=qp, post=post, i=i: to_rts(qp, gid_index, peer_gid, 0x100 + i, post))
+        target.start()
         targets.append({"qpn": qp.qp_num, "rkey": mr.rkey, "va": mr.buf, "size": MR_SIZE, "peer_qpn": 0x100 + i})
-        keep.append((pd, cq, qp, mr))
+        keep.append((pd, target))
 
     # The victims: A writes to and reads from B, through the device's own address.
     vpd_a, vpd_b = PD(ctx), PD(ctx)
@@ -127,9 +160,11 @@ def main():
             if back.read(MR_SIZE, 0) != data:
                 raise Failed(f"round {rounds}: the data read back differs from what was written")
             rounds += 1
-            # Keep the targets' CQs drained (their flushes and errors land there).
-            for _, cq, _, _ in keep:
-                cq.poll(64)
+            # Keep the targets' CQs drained (their flushes and errors land there) and alive.
+            for _, t in keep:
+                t.drain()
+                if rounds % 4 == 0:
+                    t.revive()
     except Failed as err:
         verdict = f"not ok victims_intact: {err} (after {rounds} good rounds)"
         # Stalled or only slow? Wait longer, saying where the two QPs stand (the driver's
@@ -155,10 +190,13 @@ def main():
     if verdict is None:
         verdict = f"ok victims_intact: {rounds} rounds" if rounds else "not ok victims_intact: no round finished"
     fate = {}
-    for _, _, qp, _ in keep:
-        state = STATES.get(qp.query(e.IBV_QP_STATE)[0].qp_state, "?")
+    for _, t in keep:
+        state = STATES.get(t.qp.query(e.IBV_QP_STATE)[0].qp_state, "?")
         fate[state] = fate.get(state, 0) + 1
-    print(f"# targets after the attack: {fate}", flush=True)
+    failed = [t for _, t in keep if t.failed]
+    print(f"# targets after the attack: {fate}; revived {sum(t.revived for _, t in keep)} times, "
+          f"{sum(t.failed for t in failed)} revivals cut short" + (f" (last: {failed[-1].last_error})" if failed else ""),
+          flush=True)
     print(verdict, flush=True)
 
 
