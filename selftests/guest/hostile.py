@@ -10,18 +10,21 @@ import ctypes.util
 import errno
 import mmap
 import os
+import signal
 import sys
 import time
 
+from pyverbs.pyverbs_error import PyverbsRDMAError
 from pyverbs.qp import QPAttr
 from pyverbs.wr import RecvWR, SGE, SendWR
 import pyverbs.enums as e
 
 from rdma_data import Failed, Side, connected, expect, expect_status, pair, pattern, run_checks, wait_event
 from verbs import ipv4_gid_index
-from ring_scribble import PRODUCER, others_still_work, post_in_sqd, qp_state, scribble_pair, u32, uverbs_maps
+from ring_scribble import CONSUMER, PRODUCER, others_still_work, post_in_sqd, qp_state, scribble_pair, u32, uverbs_maps
 
 TOP = (1 << 64) - 1
+PR_SET_PDEATHSIG = 1
 
 
 def read_remote_addr_wraps(ctx):
@@ -311,7 +314,6 @@ def modify_qp_out_of_range(ctx):
     port, P_Key index, ORD/IRD past the device's) fails with EINVAL, a GID index with no entry
     with ENODATA, and each leaves the QP as it was: it then connects and moves data."""
     from pyverbs.addr import AHAttr, GlobalRoute
-    from pyverbs.pyverbs_error import PyverbsRDMAError
     a, b = Side(ctx), Side(ctx)
     gid_index, gid = ipv4_gid_index(ctx)
     dev = ctx.query_device()
@@ -373,11 +375,72 @@ def modify_qp_out_of_range(ctx):
     write_lands(a, b, 256, "the WRITE after the refusals")
 
 
+def producers_chased_during_flush(ctx):
+    """A child process (sharing the mapped rings) keeps moving the SQ's and RQ's producer
+    indices, each within a ring's worth of its consumer, while the parent moves the QP to ERR
+    and posts receives there (each doorbell flushes). A flush reads the producer once: every
+    call returns, and the flush completions are bounded (before, a flush re-read the producer
+    on every step and a chasing thread kept it going, filling the CQ)."""
+    a, b = scribble_pair(ctx)
+    slots = 16                                      # Side's max_send_wr and max_recv_wr
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            # Dies with the parent (a harness timeout kills only the parent).
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+            indices = [(u32(ring + PRODUCER), u32(ring + CONSUMER)) for ring in (a.rings.rq, a.rings.sq)]
+            os.write(w, b"x")
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                for k in range(slots):
+                    for producer, consumer in indices:
+                        producer.value = (consumer.value + k) & 0xFFFFFFFF
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        expect(os.read(r, 1) == b"x", "the child did not start")
+        probe = a.mr(4096)
+        start = time.time()
+        a.qp.modify(QPAttr(qp_state=e.IBV_QPS_ERR), e.IBV_QP_STATE)
+        doorbells, refused = 20, 0
+        for i in range(doorbells):
+            try:
+                a.qp.post_recv(RecvWR(wr_id=1000 + i, num_sge=1, sg=[SGE(probe.buf, 64, probe.lkey)]))
+            except PyverbsRDMAError:
+                refused += 1    # the chase made the ring look full; the doorbell rang anyway
+        elapsed = time.time() - start
+        time.sleep(1)
+        chasing = os.waitpid(pid, os.WNOHANG) == (0, 0)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    expect(chasing, "the chasing child died before the end")
+    flushed, statuses = 0, set()
+    while True:
+        n, wcs = a.cq.poll(64)
+        if not n:
+            break
+        flushed += n
+        statuses |= {wc.status for wc in wcs}
+    # The modify flushes at most a ring of each; each doorbell at most a ring of receives.
+    bound = (doorbells + 1) * slots + slots
+    print(f"ERR and {doorbells} receives ({refused} refused) under the chase took {elapsed:.2f} s; "
+          f"{flushed} completions flushed (bound {bound})")
+    expect(elapsed < 10, f"moving to ERR and posting {doorbells} receives took {elapsed:.1f} s")
+    expect(0 < flushed <= bound, f"{flushed} completions flushed, want 1..{bound}")
+    expect(statuses == {e.IBV_WC_WR_FLUSH_ERR}, f"completion statuses {statuses}")
+    others_still_work(ctx)
+
+
 CHECKS = {f.__name__: f for f in [read_remote_addr_wraps, mr_iova_wraps_refused,
                                    sq_producer_backwards, reset_stops_the_timer, full_cq_fails_the_qp,
                                    recv_after_error_is_flushed, qp_numbers_not_sequential, mr_churn,
                                    mmap_wrong_offsets_and_after_destroy, fork_with_mapped_rings,
-                                   dereg_mr_under_remote_traffic, modify_qp_out_of_range]}
+                                   dereg_mr_under_remote_traffic, modify_qp_out_of_range,
+                                   producers_chased_during_flush]}
 
 if __name__ == "__main__":
     run_checks(CHECKS, sys.argv[1], sys.argv[2:])
