@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # make soak: the hostile campaign for a long while (SOAK_MINUTES, default 30), in rounds until
 # the time is up: the hostile peer with many more packets, the hostile local user, the life cycle
-# under traffic with more rounds, allocation failures, exhaustion up to max_mr with 100000
-# reg/dereg cycles, and the lossy link with more data and rdma_rxe on both ends as
+# under traffic with more rounds, allocation failures, exhaustion up to max_qp and max_mr with
+# 100000 reg/dereg cycles, and the lossy link with more data and rdma_rxe on both ends as
 # the yardstick. Stops at the first failing round; prints the rounds' figures (results/soak/).
 set -euo pipefail
 source "$(dirname "$0")/lib/env.sh"
@@ -11,15 +11,20 @@ source "$RXE_RS_ROOT/scripts/lib/build.sh"
 minutes=${SOAK_MINUTES:-30}
 "$RXE_RS_ROOT/scripts/setup.sh"
 build_all debug
-# The long profile (make check runs the short one: 20000 packets, 16 life-cycle rounds, 5000
+# The long profile (make check runs the short one: 100000 packets, 16 life-cycle rounds, 5000
 # reg/dereg cycles, 1 MiB, no baseline). One round takes ~45 min under TCG.
-export RXE_RS_HOSTILE_PACKETS=${RXE_RS_HOSTILE_PACKETS:-100000}
+export RXE_RS_HOSTILE_PACKETS=${RXE_RS_HOSTILE_PACKETS:-1000000}
 export RXE_RS_LOSSY_MIB=${RXE_RS_LOSSY_MIB:-4}
 export RXE_RS_LOSSY_BASELINE=1
 export RXE_RS_LIFECYCLE_ROUNDS=${RXE_RS_LIFECYCLE_ROUNDS:-56}
 export RXE_RS_EXHAUST_CYCLES=${RXE_RS_EXHAUST_CYCLES:-100000}
 export RXE_RS_EXHAUST_FULL=1
 export RXE_RS_FAULT_ROUNDS=${RXE_RS_FAULT_ROUNDS:-40}
+# A million packets take ~20 min under TCG, the full exhaustion checks ~40.
+export RXE_RS_TEST_TIMEOUT=${RXE_RS_TEST_TIMEOUT:-3600}
+export RXE_RS_VM_TIMEOUT=${RXE_RS_VM_TIMEOUT:-10800}
+# 65536 QPs with KASAN and kmemleak take more than a 2 GiB guest.
+export RXE_RS_VM_MEMORY=${RXE_RS_VM_MEMORY:-4G}
 export RXE_RS_RESULTS=$RXE_RS_ROOT/results/soak
 mkdir -p "$RXE_RS_RESULTS"
 

@@ -7,6 +7,9 @@
 #   selftests/run.sh [TEST.sh ...]      (default: every single-VM test, then the pair tests;
 #                                        scripts under pair/ run on the pair of VMs)
 #   RXE_RS_VMS=N: how many guests share the single-VM scripts (default 2)
+#   RXE_RS_TEST_TIMEOUT=S: a script's time limit in the guest (default 900; pair scripts 2700)
+#   RXE_RS_VM_TIMEOUT=S: a single-VM guest's time limit (default 1800)
+#   RXE_RS_VM_MEMORY=M: a single-VM guest's memory (default 2G)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../scripts/lib/env.sh"
@@ -25,7 +28,7 @@ fi
 # The tests' knobs, passed on into the guests (profiles: make check's short one, make soak's).
 knobs=()
 for v in RXE_RS_HOSTILE_PACKETS RXE_RS_LOSSY_MIB RXE_RS_IMPAIRMENT RXE_RS_LOSSY_BASELINE RXE_RS_LOSSY_PAIRINGS RXE_RS_LIFECYCLE_ROUNDS \
-	RXE_RS_EXHAUST_CYCLES RXE_RS_EXHAUST_FULL RXE_RS_FAULT_ROUNDS; do
+	RXE_RS_EXHAUST_CYCLES RXE_RS_EXHAUST_FULL RXE_RS_FAULT_ROUNDS RXE_RS_TEST_TIMEOUT; do
 	[[ -n ${!v:-} ]] && knobs+=("$v=${!v}")
 done
 
@@ -62,8 +65,12 @@ if ((${#single_vm_tests[@]})); then
 	# Single-VM scripts run in RXE_RS_VMS guests at once (default 2: the scripts are mostly one
 	# process at a time, so two 2-CPU guests keep both host cores busy). Scripts go to the guest with
 	# the least work so far, costliest first (measured seconds under TCG; new scripts count 300).
-	declare -A cost=([rxe_rs_recv]=420 [rxe_rs_data]=240 [rxe_rs_link]=300 [rxe_rs_objects]=200 [rxe_rs_hostile]=250 [rxe_rs_hostile_peer]=250
+	declare -A cost=([rxe_rs_recv]=420 [rxe_rs_data]=240 [rxe_rs_link]=300 [rxe_rs_objects]=200 [rxe_rs_hostile]=250
 		[rxe_rs_lifecycle]=450 [rxe_rs_exhaust]=150 [rxe_rs_faults]=300)
+	# The long profile's knobs (make soak) change what the scripts cost.
+	cost[rxe_rs_hostile_peer]=$((120 + ${RXE_RS_HOSTILE_PACKETS:-100000} / 550))
+	[[ -n ${RXE_RS_EXHAUST_FULL:-} ]] && cost[rxe_rs_exhaust]=2400
+	cost[rxe_rs_lifecycle]=$((450 * ${RXE_RS_LIFECYCLE_ROUNDS:-16} / 16))
 	vms=${RXE_RS_VMS:-2}
 	((vms > ${#single_vm_tests[@]})) && vms=${#single_vm_tests[@]}
 	declare -a group load
@@ -82,7 +89,8 @@ if ((${#single_vm_tests[@]})); then
 		rm -f "$log"
 		read -r -a tests <<<"${group[i]}"
 		echo "selftests: VM $i runs ${tests[*]##*/}; log: $log"
-		"$RXE_RS_ROOT/scripts/vm.sh" --name rxe-selftest$i --rwdir "$results" -- \
+		"$RXE_RS_ROOT/scripts/vm.sh" --name rxe-selftest$i --rwdir "$results" --timeout "${RXE_RS_VM_TIMEOUT:-1800}" \
+			--memory "${RXE_RS_VM_MEMORY:-2G}" -- \
 			env "${knobs[@]}" RXE_RS_SUITE_LOG="$log" bash "$here/guest/run-suite.sh" "${tests[@]}" \
 			>"$results/selftests-vm$i.console" 2>&1 &
 		pids+=($!)

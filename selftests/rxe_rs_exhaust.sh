@@ -5,12 +5,14 @@
 # process's memory cgroup and given back, and one async event per CQ overflow (no flood). The
 # suite checks kmemleak and dmesg afterwards.
 # make check: 5000 reg/dereg cycles. make soak (RXE_RS_EXHAUST_FULL=1): 100000 cycles
-# (RXE_RS_EXHAUST_CYCLES), and MRs up to max_mr too (65535 registrations: 8 min under TCG).
+# (RXE_RS_EXHAUST_CYCLES), and QPs up to max_qp and MRs up to max_mr too (65536 creations and
+# 65535 registrations, minutes each under TCG).
 source "$(dirname "$0")/guest/lib.sh"
 DEV=rxers0
 
 checks=(pds_to_the_limit mr_churn_bounded qp_memory_charged async_events_bounded)
-[[ -n ${RXE_RS_EXHAUST_FULL:-} ]] && checks+=(mrs_to_the_limit)
+# QPs first: no QP of the earlier checks is alive then.
+[[ -n ${RXE_RS_EXHAUST_FULL:-} ]] && checks=(qps_to_the_limit "${checks[@]}" mrs_to_the_limit)
 ktap_print_header
 ktap_set_plan ${#checks[@]}
 reset_or_bail

@@ -99,6 +99,67 @@ def mrs_to_the_limit(ctx):
     others_still_work(ctx)
 
 
+class QpCap(ctypes.Structure):
+    _fields_ = [("max_send_wr", ctypes.c_uint32), ("max_recv_wr", ctypes.c_uint32), ("max_send_sge", ctypes.c_uint32),
+                ("max_recv_sge", ctypes.c_uint32), ("max_inline_data", ctypes.c_uint32)]
+
+
+class QpInitAttr(ctypes.Structure):
+    """struct ibv_qp_init_attr."""
+    _fields_ = [("qp_context", ctypes.c_void_p), ("send_cq", ctypes.c_void_p), ("recv_cq", ctypes.c_void_p),
+                ("srq", ctypes.c_void_p), ("cap", QpCap), ("qp_type", ctypes.c_int), ("sq_sig_all", ctypes.c_int)]
+
+
+def qps_to_the_limit(ctx):
+    """create_qp (one send and one receive WR) up to max_qp: the next one fails with ENOMEM;
+    QP numbers are distinct; all destroyed, QPs can be had again. Each QP maps two rings, so
+    vm.max_map_count is raised for the run."""
+    v = verbs(ctx)
+    lib = v.lib
+    for fn, res, args in (("ibv_create_cq", ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                                                              ctypes.c_void_p, ctypes.c_int]),
+                          ("ibv_destroy_cq", ctypes.c_int, [ctypes.c_void_p]),
+                          ("ibv_create_qp", ctypes.c_void_p, [ctypes.c_void_p, ctypes.POINTER(QpInitAttr)]),
+                          ("ibv_destroy_qp", ctypes.c_int, [ctypes.c_void_p])):
+        getattr(lib, fn).restype, getattr(lib, fn).argtypes = res, args
+    limit = ctx.query_device().max_qp
+    with open("/proc/sys/vm/max_map_count") as f:
+        map_count = f.read().strip()
+    with open("/proc/sys/vm/max_map_count", "w") as f:
+        f.write(str(4 * limit + 65536))
+    cq = lib.ibv_create_cq(v.ctx, 16, None, None, 0)
+    expect(cq, "create_cq failed")
+    attr = QpInitAttr(send_cq=cq, recv_cq=cq, cap=QpCap(1, 1, 1, 1, 0), qp_type=e.IBV_QPT_RC)
+    qps, again, live, destroy_failed = [], [], [], 0
+    start = time.time()
+    try:
+        qps, err = until_refused(lambda: lib.ibv_create_qp(v.pd, ctypes.byref(attr)), limit)
+        live = list(qps)
+        made = time.time() - start
+        # struct ibv_qp { context*, qp_context*, pd*, send_cq*, recv_cq*, srq*, u32 handle, u32 qp_num }
+        qpns = {ctypes.c_uint32.from_address(qp + 52).value for qp in qps}
+        while live:
+            destroy_failed += lib.ibv_destroy_qp(live.pop()) != 0
+        destroyed = time.time() - start - made
+        again, _ = until_refused(lambda: lib.ibv_create_qp(v.pd, ctypes.byref(attr)), 15)
+    finally:
+        # Nothing of this check may outlive it, whatever failed.
+        for qp in live + again:
+            lib.ibv_destroy_qp(qp)
+        lib.ibv_destroy_cq(cq)
+        close(v)
+        with open("/proc/sys/vm/max_map_count", "w") as f:
+            f.write(map_count)
+    print(f"{len(qps)} QPs in {made:.0f} s (max_qp {limit}); all destroyed in {destroyed:.0f} s")
+    # No other QP of this device is alive now (the earlier checks' are gone).
+    expect(len(qps) == limit, f"{len(qps)} QPs before a refusal, max_qp is {limit}")
+    expect(err == errno.ENOMEM, f"the QP past max_qp failed with errno {err}, want ENOMEM")
+    expect(len(qpns) == len(qps), "live QPs share QP numbers")
+    expect(destroy_failed == 0, f"{destroy_failed} destroy_qp calls failed")
+    expect(len(again) == 16, "QPs cannot be had again after destroying them")
+    others_still_work(ctx)
+
+
 def kernel_memory_kib():
     """Slab plus vmalloc in use, KiB (/proc/meminfo)."""
     fields = {}
@@ -224,7 +285,7 @@ def async_events_bounded(ctx):
     others_still_work(ctx)
 
 
-CHECKS = {f.__name__: f for f in [pds_to_the_limit, mrs_to_the_limit, mr_churn_bounded, qp_memory_charged,
+CHECKS = {f.__name__: f for f in [pds_to_the_limit, qps_to_the_limit, mrs_to_the_limit, mr_churn_bounded, qp_memory_charged,
                                    async_events_bounded]}
 
 if __name__ == "__main__":
