@@ -242,6 +242,13 @@ impl QpInner {
 
     /// `modify_qp`: validates everything first, then applies it all under the lock.
     pub(crate) fn modify(&self, attr: &QpAttr, m: i32) -> Result {
+        // READ reply slots for a new `max_dest_rd_atomic`, allocated before the lock is taken
+        // (a value out of range is refused below).
+        let read_slots = if m & mask::MAX_DEST_RD_ATOMIC != 0 && u32::from(attr.max_dest_rd_atomic) <= limits::MAX_RD_ATOMIC {
+            Some(responder::read_reply_slots(attr.max_dest_rd_atomic)?)
+        } else {
+            None
+        };
         let mut guard = self.state.lock();
         let s = &mut *guard;
         let a = &mut s.attrs;
@@ -318,6 +325,9 @@ impl QpInner {
             new.sq_draining = false;
         }
         *a = new;
+        // The old slots (or the new ones, if more READs are owed than they hold) are freed
+        // when this returns; kfree may run under a spinlock.
+        let _unused_read_slots = read_slots.map(|slots| s.resp.replace_read_slots(slots));
         if next == state::RTR && cur != state::RTR {
             s.resp.start(new.rq_psn);
         }

@@ -27,7 +27,7 @@ use crate::{
         opcode::{Opcode, Transport},
         packet::Datagram,
         psn::Psn,
-        read_reply::{ReadReplies, ReadReply, Response, MAX_READ_REPLIES},
+        read_reply::{self, ReadReplies, ReadReply, Response},
         responder::{ResponderSeq, Verdict},
         segment::packet_count,
         wire::Frame,
@@ -82,9 +82,9 @@ pub(crate) struct Responder {
 }
 
 impl Responder {
-    /// A responder in RESET (allocates its READ reply slots).
+    /// A responder in RESET, with the READ reply slots of `max_dest_rd_atomic` 0.
     pub(crate) fn new() -> Result<Self> {
-        let slots = KVec::from_elem(ReadReply::default(), MAX_READ_REPLIES, GFP_KERNEL_ACCOUNT)?;
+        let slots = read_reply_slots(0)?;
         Ok(Self {
             seq: ResponderSeq::default(),
             recv: None,
@@ -94,6 +94,12 @@ impl Responder {
             reads: ReadReplies::new(slots),
             deferred_ack: None,
         })
+    }
+
+    /// Takes the READ reply slots made for a new `max_dest_rd_atomic` (what is owed moves
+    /// over) and returns the old ones, or returns `slots` if more is owed than they hold.
+    pub(crate) fn replace_read_slots(&mut self, slots: KVec<ReadReply>) -> KVec<ReadReply> {
+        self.reads.replace_slots(slots)
     }
 
     /// READ replies queued (owed), for the QP's report.
@@ -252,6 +258,13 @@ fn send_ack_now(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpState, syndrome: Sy
 /// The QP is in a state that executes and answers requests (RTR, RTS, SQD).
 fn answers_requests(s: &QpState) -> bool {
     matches!(s.attrs.state, state::RTR | state::RTS | state::SQD)
+}
+
+/// The READ reply slots for a QP whose requester may have `max_dest_rd_atomic` READs
+/// outstanding: sized by it (not for the most any QP may have), since every QP has them from
+/// its creation on. Charged to the process's memory cgroup.
+pub(crate) fn read_reply_slots(max_dest_rd_atomic: u8) -> Result<KVec<ReadReply>> {
+    Ok(KVec::from_elem(ReadReply::default(), read_reply::slots_for(max_dest_rd_atomic), GFP_KERNEL_ACCOUNT)?)
 }
 
 /// Queues the responses to a READ request at `psn` (`repeated`: asked for again) and makes
@@ -563,8 +576,8 @@ fn duplicate(dev: &Device<RxeDevice>, qp: &Arc<QpInner>, s: &mut QpState, d: &Da
             // executed (rdma_rxe's responder resources) it cannot be told from a forgery at a
             // guessed PSN, which must not end the QP.
             if end.diff(s.resp.seq.epsn) <= 0 && check_remote(dev, qp, s, &reth, access::REMOTE_READ).is_ok() {
-                // More repeats than slots cannot happen (a repeat replaces the tail); if it
-                // did, the requester would simply ask again.
+                // Room is made by dropping older repeats (`ReadReplies::push`); if it could not
+                // be, the requester would simply ask again.
                 let _ = queue_read(qp, s, &reth, d.bth.psn, true);
             }
         }

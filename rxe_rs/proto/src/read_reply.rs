@@ -23,6 +23,13 @@ use super::{
 /// tail.
 pub const MAX_READ_REPLIES: usize = 129;
 
+/// The reply slots of a QP whose requester may have `max_dest_rd_atomic` READs outstanding
+/// (0 counts as 1), plus one for a repeated request: [`MAX_READ_REPLIES`] at the most. More
+/// repeats than that make room for themselves and for new requests by dropping older repeats.
+pub fn slots_for(max_dest_rd_atomic: u8) -> usize {
+    usize::from(max_dest_rd_atomic.max(1)).saturating_add(1).min(MAX_READ_REPLIES)
+}
+
 /// The responses owed for one READ request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct ReadReply {
@@ -153,14 +160,32 @@ impl<S: DerefMut<Target = [ReadReply]>> ReadReplies<S> {
         self.head.wrapping_add(i).checked_rem(self.slots.len()).unwrap_or(0)
     }
 
-    /// Queues the reply to a new READ request (its PSN follows everything queued).
+    /// Queues the reply to a new READ request (its PSN follows everything queued). If the slots
+    /// are full, the oldest reply to a repeated request makes room (see [`Self::make_room`]).
     pub fn push(&mut self, reply: ReadReply) -> Result<(), Full> {
-        if self.len == self.slots.len() {
-            return Err(Full);
-        }
+        self.make_room()?;
         let tail = self.slot(self.len);
         self.slots[tail] = reply;
-        self.len = self.len.saturating_add(1); // below slots.len(), checked above
+        self.len = self.len.saturating_add(1); // below slots.len(): `make_room`
+        Ok(())
+    }
+
+    /// Frees a slot if none is free, by dropping the oldest reply to a repeated request. The
+    /// limit on READs outstanding counts only replies to new requests, so repeats (asked for
+    /// when the first responses were late, and often no longer needed) can fill the slots; a
+    /// dropped one is lost responses to the requester, which asks again if it still needs them.
+    /// `Full` if every slot holds a reply to a new request.
+    fn make_room(&mut self) -> Result<(), Full> {
+        if self.len < self.slots.len() {
+            return Ok(());
+        }
+        let victim = (0..self.len).find(|&i| self.slots[self.slot(i)].repeated).ok_or(Full)?;
+        // Close the gap: everything after it moves one slot towards the head.
+        for i in victim..self.len.saturating_sub(1) {
+            let (to, from) = (self.slot(i), self.slot(i.saturating_add(1)));
+            self.slots[to] = self.slots[from];
+        }
+        self.len = self.len.saturating_sub(1);
         Ok(())
     }
 
@@ -202,6 +227,19 @@ impl<S: DerefMut<Target = [ReadReply]>> ReadReplies<S> {
             self.head = self.slot(1);
             self.len = rest;
         }
+    }
+
+    /// Moves what is owed into `slots`, oldest first, and returns the old slots; if it does not
+    /// fit, changes nothing and returns `slots`.
+    pub fn replace_slots(&mut self, mut slots: S) -> S {
+        if self.len > slots.len() {
+            return slots;
+        }
+        for (i, new) in slots.iter_mut().take(self.len).enumerate() {
+            *new = self.slots[self.slot(i)];
+        }
+        self.head = 0;
+        core::mem::replace(&mut self.slots, slots)
     }
 
     /// Forgets everything owed (the QP left the states that answer).
@@ -348,5 +386,70 @@ mod tests {
         q.push(ReadReply::new(1, 0, 4 * 1024, Psn::new(0), 0, MTU)).unwrap();
         q.repeat(ReadReply::new(1, 0x800, 2 * 1024, Psn::new(2), 0, MTU), MTU).unwrap();
         assert_eq!((q.len(), q.owed_to_new_requests()), (2, 1));
+    }
+
+    #[test]
+    fn slots_follow_max_dest_rd_atomic() {
+        assert_eq!(slots_for(0), 2);
+        assert_eq!(slots_for(1), 2);
+        assert_eq!(slots_for(16), 17);
+        assert_eq!(slots_for(128), MAX_READ_REPLIES);
+        assert_eq!(slots_for(255), MAX_READ_REPLIES);
+    }
+
+    #[test]
+    fn replacing_the_slots_keeps_what_is_owed_in_order() {
+        let reply = |psn| ReadReply::new(1, 0x1000, 4096, Psn::new(psn), 0, MTU);
+        let (mut three, mut two, mut eight) = ([ReadReply::default(); 3], [ReadReply::default(); 2], [ReadReply::default(); 8]);
+        let mut q = ReadReplies::new(&mut three[..]);
+        for psn in [10, 20, 30] {
+            q.push(reply(psn)).unwrap();
+        }
+        q.pop();
+        q.push(reply(40)).unwrap(); // wraps: the head is not slot 0
+        // Too small for the three owed: nothing changes.
+        let small = q.replace_slots(&mut two[..]);
+        assert_eq!(small.len(), 2);
+        assert_eq!(q.len(), 3);
+        let old = q.replace_slots(&mut eight[..]);
+        assert_eq!(old.len(), 3);
+        for psn in [20, 30, 40] {
+            assert_eq!(q.front_mut().unwrap().psn, Psn::new(psn));
+            q.pop();
+        }
+        assert!(q.is_empty());
+        for psn in 0..8 {
+            q.push(reply(psn)).unwrap();
+        }
+        assert_eq!(q.push(reply(8)), Err(Full));
+    }
+
+    #[test]
+    fn repeats_make_room_for_new_requests() {
+        // max_dest_rd_atomic 2: three slots. Both READs were asked for again and answered
+        // late; the requester counted them done and sends two new ones.
+        let reply = |psn| ReadReply::new(1, 0x1000, 1024, Psn::new(psn), 0, MTU);
+        let mut storage = [ReadReply::default(); 3];
+        assert_eq!(storage.len(), slots_for(2));
+        let mut q = ReadReplies::new(&mut storage[..]);
+        q.push(reply(1)).unwrap();
+        q.pop(); // the ring is wrapped from here on
+        q.repeat(reply(10), MTU).unwrap();
+        q.repeat(reply(11), MTU).unwrap();
+        q.push(reply(20)).unwrap();
+        assert_eq!(q.owed_to_new_requests(), 1);
+        q.push(reply(21)).unwrap(); // the repeat of 10 makes room
+        assert_eq!(q.len(), 3);
+        let order: [u32; 3] = core::array::from_fn(|_| {
+            let psn = q.front_mut().unwrap().psn.get();
+            q.pop();
+            psn
+        });
+        assert_eq!(order, [11, 20, 21]);
+        // Only new requests queued: the next has no room (the limit check refuses it first).
+        for psn in [30, 31, 32] {
+            q.push(reply(psn)).unwrap();
+        }
+        assert_eq!(q.push(reply(33)), Err(Full));
     }
 }
