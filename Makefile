@@ -10,6 +10,7 @@
 #   make install         install module and provider on this machine
 #   make run             the demo: VM, device, ibv_devinfo (and pingpong/perftest once they work)
 #   make clippy          the module through clippy (the kernel's CLIPPY=1, with rustc-web's clippy)
+#   make lint            rustfmt + clippy (module and host crates), warnings are errors
 #   make check           all tests: host unit tests + VM selftests
 #   make soak            the hostile campaign for 30 min (SOAK_MINUTES): hostile peer, lossy link
 #   make bench           rxe_rs vs rdma_rxe vs TCP on two VMs (bench kernel): table, CSV, PNG
@@ -27,7 +28,7 @@ KDIR ?= $(shell $(ROOT)/scripts/kernel.sh path $(KFLAVOR))
 KDIR_DEP := $(if $(filter $(RXE_RS_CACHE)/%,$(KDIR)),$(KDIR)/.rxe_rs-built)
 KMAKE = $(MAKE) -C $(KDIR) M=$(ROOT) $(KMAKE_TOOLS)
 
-.PHONY: all module provider test-tools kdir kernel clean install setup run check test unit-test selftest bench clippy soak
+.PHONY: all module provider test-tools kdir kernel clean install setup run check test unit-test selftest bench clippy lint soak
 
 all: module provider
 
@@ -55,6 +56,9 @@ test-tools:
 
 # The lints the kernel sets for Rust, and our own #![deny(...)] (arithmetic on ring and wire
 # values). The clippy-driver must match the kernel's rustc: rustc-web's, not rustup's.
+lint: $(KDIR_DEP)
+	$(ROOT)/scripts/lint.sh
+
 clippy: $(KDIR_DEP)
 	$(KMAKE) CLIPPY=1 CLIPPY_DRIVER=/usr/bin/clippy-driver modules
 

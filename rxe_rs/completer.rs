@@ -59,7 +59,11 @@ pub(crate) fn retire(qp: &QpInner, req: &mut Requester, status: u32) {
 pub(crate) fn rewind(req: &mut Requester, psn: Psn) {
     let within = |w: &SendWork| psn.diff(w.first_psn) >= 0 && psn.diff(w.last_psn()) <= 0;
     // The WQE at `cur` may be partly sent: it counts as in flight.
-    let end = if req.cur != req.fetched { req.cur.wrapping_add(1) } else { req.cur };
+    let end = if req.cur != req.fetched {
+        req.cur.wrapping_add(1)
+    } else {
+        req.cur
+    };
     let mut index = req.consumer;
     while index != end && !within(req.work(index)) {
         index = index.wrapping_add(1);
@@ -118,7 +122,12 @@ pub(crate) fn handle_response(dev: &Device<RxeDevice>, qp: &QpInner, d: &Datagra
     counter
 }
 
-fn handle_response_locked(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, d: &Datagram<'_>) -> Counter {
+fn handle_response_locked(
+    dev: &Device<RxeDevice>,
+    qp: &QpInner,
+    s: &mut QpState,
+    d: &Datagram<'_>,
+) -> Counter {
     if s.attrs.state != state::RTS && s.attrs.state != state::SQD {
         return Counter::RcvdQpNotReady;
     }
@@ -132,7 +141,11 @@ fn handle_response_locked(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState
     if psn.diff(s.req.acked_psn) < 0 || psn.diff(s.req.sent_end) >= 0 {
         return Counter::RcvdStaleResponse;
     }
-    let aeth = if d.info.aeth { Aeth::parse(d.ext_headers) } else { None };
+    let aeth = if d.info.aeth {
+        Aeth::parse(d.ext_headers)
+    } else {
+        None
+    };
     if d.info.aeth && aeth.is_none() {
         return Counter::RcvdMalformed;
     }
@@ -178,7 +191,10 @@ fn remote_status(e: RemoteError) -> u32 {
 /// An ACK or NAK.
 fn ack(qp: &QpInner, s: &mut QpState, aeth: Aeth, psn: Psn) -> core::result::Result<(), Counter> {
     let req = &s.req;
-    let spans = SpanIter { req, index: req.consumer };
+    let spans = SpanIter {
+        req,
+        index: req.consumer,
+    };
     let AckOutcome { completed, then } = on_aeth(spans, aeth.syndrome, psn);
     for _ in 0..completed {
         retire(qp, &mut s.req, wc_status::SUCCESS);
@@ -216,10 +232,18 @@ fn ack(qp: &QpInner, s: &mut QpState, aeth: Aeth, psn: Psn) -> core::result::Res
 
 /// A READ response: earlier WQEs are implicitly acknowledged; the payload goes into the READ's
 /// local buffers in order.
-fn read_response(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, d: &Datagram<'_>, psn: Psn) -> core::result::Result<(), Counter> {
+fn read_response(
+    dev: &Device<RxeDevice>,
+    qp: &QpInner,
+    s: &mut QpState,
+    d: &Datagram<'_>,
+    psn: Psn,
+) -> core::result::Result<(), Counter> {
     // Retire what precedes the READ this response belongs to.
     loop {
-        if s.req.consumer == s.req.cur && (s.req.cur == s.req.fetched || s.req.work(s.req.cur).sent == 0) {
+        if s.req.consumer == s.req.cur
+            && (s.req.cur == s.req.fetched || s.req.work(s.req.cur).sent == 0)
+        {
             return Err(Counter::RcvdStaleResponse);
         }
         let w = *s.req.work(s.req.consumer);
@@ -258,13 +282,23 @@ fn read_response(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, d: &Dat
     let offset = w.read_got.saturating_mul(mtu);
     let is_last = w.read_got.saturating_add(1) == w.npkts;
     let payload = d.payload.len() as u32; // at most one MTU: the packet fit a UDP datagram
-    let len_ok = if is_last { offset.checked_add(payload) == Some(w.len) } else { payload == mtu };
+    let len_ok = if is_last {
+        offset.checked_add(payload) == Some(w.len)
+    } else {
+        payload == mtu
+    };
     // A LAST response may also end a part of the message (one of several requests).
     if !len_ok || (is_last && !d.info.is_last) {
         qp.fail(s, index, wc_status::BAD_RESP_ERR);
         return Err(Counter::RcvdInvalidRequest);
     }
-    if let Err(status) = sgl::scatter(dev, qp.pd, s.req.sges_of(index), u64::from(offset), d.payload) {
+    if let Err(status) = sgl::scatter(
+        dev,
+        qp.pd,
+        s.req.sges_of(index),
+        u64::from(offset),
+        d.payload,
+    ) {
         qp.fail(s, index, status);
         return Err(Counter::RcvdPkts);
     }
@@ -320,8 +354,16 @@ fn timer_expired_locked(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) 
         qp.count(Counter::Retransmits);
         // Resend from the oldest unacknowledged packet.
         let w = *s.req.work(s.req.consumer);
-        let from = if w.is_read() { w.first_psn.add(w.read_got) } else { s.req.acked_psn };
-        let from = if from.diff(w.first_psn) < 0 { w.first_psn } else { from };
+        let from = if w.is_read() {
+            w.first_psn.add(w.read_got)
+        } else {
+            s.req.acked_psn
+        };
+        let from = if from.diff(w.first_psn) < 0 {
+            w.first_psn
+        } else {
+            from
+        };
         rewind(&mut s.req, from);
     }
     qp.run_requester(dev, s);
@@ -337,7 +379,11 @@ fn fetched_spans(req: &Requester) -> impl Iterator<Item = Span> + '_ {
         }
         let w = req.work(index);
         index = index.wrapping_add(1);
-        Some(Span { first: w.first_psn, last: w.last_psn(), needs_response: w.is_read() })
+        Some(Span {
+            first: w.first_psn,
+            last: w.last_psn(),
+            needs_response: w.is_read(),
+        })
     })
 }
 
@@ -360,6 +406,10 @@ impl Iterator for SpanIter<'_> {
             return None;
         }
         self.index = self.index.wrapping_add(1);
-        Some(Span { first: w.first_psn, last: w.last_psn(), needs_response: w.is_read() })
+        Some(Span {
+            first: w.first_psn,
+            last: w.last_psn(),
+            needs_response: w.is_read(),
+        })
     }
 }

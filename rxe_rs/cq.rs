@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 //! Completion queues: a ring the kernel produces into and the process polls without a syscall.
 
+use crate::kext::lock::{new_spinlock_bh, SpinLockBh};
 use crate::{
     device::RxeDevice,
     kext::{
@@ -10,9 +11,8 @@ use crate::{
         object::Udata,
     },
     limits,
-    uapi::{CreateCqResp, Cqe, MmapInfo, RingGeometry},
+    uapi::{Cqe, CreateCqResp, MmapInfo, RingGeometry},
 };
-use crate::kext::lock::{new_spinlock_bh, SpinLockBh};
 use kernel::prelude::*;
 
 /// The ring and the kernel's (producer) side of it.
@@ -58,7 +58,11 @@ impl RxeCq {
         // a ring is freed (freeing one removes its mmap entry, not a thing to do under a spinlock).
         let mut p = self.producer.lock();
         let consumer = p.ring.load(RingIndex::Consumer);
-        let pending = p.ring.geometry().occupancy(p.index, consumer).ok_or(EINVAL)?;
+        let pending = p
+            .ring
+            .geometry()
+            .occupancy(p.index, consumer)
+            .ok_or(EINVAL)?;
         if pending > geometry.slots() {
             return Err(EINVAL);
         }
@@ -97,7 +101,8 @@ impl RxeCq {
             p.ring.write(p.index, cqe)?;
             p.index = p.index.wrapping_add(1);
             p.ring.store(RingIndex::Producer, p.index);
-            let wake = p.armed == cq_notify::NEXT_COMP || (p.armed == cq_notify::SOLICITED && solicited);
+            let wake =
+                p.armed == cq_notify::NEXT_COMP || (p.armed == cq_notify::SOLICITED && solicited);
             if wake {
                 p.armed = 0;
             }
@@ -133,7 +138,10 @@ fn new_ring(cqe: u32, udata: &Udata<'_>) -> Result<SharedRing> {
     let geometry = RingGeometry::for_entries(cqe, core::mem::size_of::<Cqe>());
     let ring = SharedRing::new(&ctx, geometry)?;
     udata.write(&CreateCqResp {
-        ring: MmapInfo { offset: ring.buffer().mmap_offset(), size: ring.buffer().len() as u64 },
+        ring: MmapInfo {
+            offset: ring.buffer().mmap_offset(),
+            size: ring.buffer().len() as u64,
+        },
         log2_slots: geometry.log2_slots,
         slot_size: geometry.slot_size,
     })?;

@@ -6,17 +6,20 @@ use crate::{
     cq::RxeCq,
     kext::{
         bindings,
-        ib::{self, Cq, CqInitAttr, Device, DeviceAttr, Mr, Pd, PortAttr, PortImmutable, Qp, QpAttr, QpLinks, QpInitAttr, StatDesc},
-        umem::random_u32,
+        ib::{
+            self, Cq, CqInitAttr, Device, DeviceAttr, Mr, Pd, PortAttr, PortImmutable, Qp, QpAttr,
+            QpInitAttr, QpLinks, StatDesc,
+        },
         netdev::NetDevice,
         object::Udata,
+        umem::random_u32,
     },
     limits,
     mr::{self, Backing, MrInner, RxeMr},
     pd::RxePd,
+    proto::{addr::eui64_from_mac, mtu::IbMtu},
     qp::{QpInner, RxeQp},
     table::IndexTable,
-    proto::{addr::eui64_from_mac, mtu::IbMtu},
     uapi,
 };
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -64,7 +67,9 @@ impl ObjectCount {
     /// Takes one, or fails with ENOMEM at `max` (as rdma_rxe's pools do).
     fn acquire(&self, max: u32) -> Result {
         self.0
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < max).then_some(n + 1))
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
             .map(|_| ())
             .map_err(|_| ENOMEM)
     }
@@ -113,7 +118,9 @@ impl RxeDevice {
 
     /// The QP numbered `qpn`, if it exists (the whole number must match, not only its index).
     pub(crate) fn lookup_qp(&self, qpn: u32) -> Option<Arc<QpInner>> {
-        self.qps.get(qpn & limits::QPN_INDEX_MASK).filter(|qp| qp.qpn == qpn)
+        self.qps
+            .get(qpn & limits::QPN_INDEX_MASK)
+            .filter(|qp| qp.qpn == qpn)
     }
 
     /// Recomputes the port state from `ndev` and reports a change as a port event.
@@ -121,13 +128,18 @@ impl RxeDevice {
         let active = ndev.is_running_with_carrier();
         if dev.port_active.swap(active, Ordering::Relaxed) != active {
             dev.dispatch_port_event(PORT, active);
-            pr_info!("{}: port {}\n", dev.name(), if active { "ACTIVE" } else { "DOWN" });
+            pr_info!(
+                "{}: port {}\n",
+                dev.name(),
+                if active { "ACTIVE" } else { "DOWN" }
+            );
         }
     }
 
     /// Follows a netdev MTU change.
     pub(crate) fn set_netdev_mtu(&self, netdev_mtu: u32) {
-        self.active_mtu.store(IbMtu::for_netdev_mtu(netdev_mtu) as u32, Ordering::Relaxed);
+        self.active_mtu
+            .store(IbMtu::for_netdev_mtu(netdev_mtu) as u32, Ordering::Relaxed);
     }
 }
 
@@ -141,7 +153,8 @@ impl ib::Driver for RxeDevice {
         attr.page_size_cap = limits::PAGE_SIZE_CAP;
         attr.device_cap_flags = (bindings::ib_device_cap_flags_IB_DEVICE_RC_RNR_NAK_GEN
             | bindings::ib_device_cap_flags_IB_DEVICE_PORT_ACTIVE_EVENT
-            | bindings::ib_device_cap_flags_IB_DEVICE_SYS_IMAGE_GUID) as u64;
+            | bindings::ib_device_cap_flags_IB_DEVICE_SYS_IMAGE_GUID)
+            as u64;
         // `rdma link delete` is how users remove a soft device.
         attr.kernel_cap_flags = bindings::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG as u64;
         attr.sys_image_guid = u64::from_ne_bytes(dev.guid);
@@ -224,7 +237,9 @@ impl ib::Driver for RxeDevice {
 
     fn alloc_pd(dev: &Device<Self>, _udata: &Udata<'_>) -> Result<RxePd> {
         dev.pds.acquire(limits::MAX_PD)?;
-        Ok(RxePd { id: dev.next_pd_id.fetch_add(1, Ordering::Relaxed) })
+        Ok(RxePd {
+            id: dev.next_pd_id.fetch_add(1, Ordering::Relaxed),
+        })
     }
 
     fn dealloc_pd(dev: &Device<Self>, _pd: &Pd<Self>) {
@@ -270,8 +285,13 @@ impl ib::Driver for RxeDevice {
             qpn = ((random_u32() << limits::QPN_INDEX_BITS) | index) & crate::proto::psn::PSN_MASK;
             // SAFETY: the link lives in the QP, which the core destroys before the device.
             let link = unsafe { dev.link() };
-            let inner = Arc::pin_init(QpInner::new(link, qpn, pd.id, init, links, udata)?, GFP_KERNEL_ACCOUNT)?;
-            qp = Some(RxeQp { inner: inner.clone() });
+            let inner = Arc::pin_init(
+                QpInner::new(link, qpn, pd.id, init, links, udata)?,
+                GFP_KERNEL_ACCOUNT,
+            )?;
+            qp = Some(RxeQp {
+                inner: inner.clone(),
+            });
             Ok(inner)
         })?;
         Ok((qp.ok_or(EINVAL)?, qpn))

@@ -20,7 +20,10 @@ impl LinkDriver for RxeLink {
 
     fn newlink(name: &CStr, ndev: &NetDevice) -> Result {
         if ndev.is_vlan() {
-            pr_err!("{}: a VLAN device cannot carry RoCE, use its real device\n", ndev.name());
+            pr_err!(
+                "{}: a VLAN device cannot carry RoCE, use its real device\n",
+                ndev.name()
+            );
             return Err(EPERM);
         }
         if !ndev.in_init_net() {
@@ -49,7 +52,9 @@ impl LinkDriver for RxeLink {
         new.set_netdev(ndev)?;
         new.enable_legacy_commands();
         // The core reports a name taken meanwhile by another driver as ENFILE.
-        let dev = new.register(name).map_err(|e| if e == ENFILE { EEXIST } else { e })?;
+        let dev = new
+            .register(name)
+            .map_err(|e| if e == ENFILE { EEXIST } else { e })?;
         dev.set_netdev_mtu(ndev.mtu());
         RxeDevice::sync_port(&dev, ndev);
         pr_info!("{}: added on {}\n", dev.name(), ndev.name());

@@ -51,31 +51,55 @@ pub(crate) enum AccessError {
 impl MrInner {
     /// Copies `out.len()` bytes at `addr` out of the MR, for a QP in PD `pd` that needs `rights`
     /// (0 for local reads).
-    pub(crate) fn read(&self, pd: PdId, addr: u64, out: &mut [u8], rights: i32) -> core::result::Result<(), AccessError> {
+    pub(crate) fn read(
+        &self,
+        pd: PdId,
+        addr: u64,
+        out: &mut [u8],
+        rights: i32,
+    ) -> core::result::Result<(), AccessError> {
         let offset = self.check(pd, addr, out.len() as u64, rights)?;
         match &self.backing {
-            Backing::User(memory) => memory.read(offset, out).map_err(|_| AccessError::OutOfBounds),
+            Backing::User(memory) => memory
+                .read(offset, out)
+                .map_err(|_| AccessError::OutOfBounds),
             // Kernel users of DMA MRs need kernel verbs, which we do not offer yet.
             Backing::Dma => Err(AccessError::Denied),
         }
     }
 
     /// Copies `data` into the MR at `addr`, for a QP in PD `pd` that needs `rights`.
-    pub(crate) fn write(&self, pd: PdId, addr: u64, data: &[u8], rights: i32) -> core::result::Result<(), AccessError> {
+    pub(crate) fn write(
+        &self,
+        pd: PdId,
+        addr: u64,
+        data: &[u8],
+        rights: i32,
+    ) -> core::result::Result<(), AccessError> {
         let offset = self.check(pd, addr, data.len() as u64, rights)?;
         match &self.backing {
-            Backing::User(memory) => memory.write(offset, data).map_err(|_| AccessError::OutOfBounds),
+            Backing::User(memory) => memory
+                .write(offset, data)
+                .map_err(|_| AccessError::OutOfBounds),
             Backing::Dma => Err(AccessError::Denied),
         }
     }
 
     /// Checks an access of `len` bytes at `addr` needing `rights` from a QP in PD `pd`, and
     /// returns the offset into the region.
-    pub(crate) fn check(&self, pd: PdId, addr: u64, len: u64, rights: i32) -> core::result::Result<usize, AccessError> {
+    pub(crate) fn check(
+        &self,
+        pd: PdId,
+        addr: u64,
+        len: u64,
+        rights: i32,
+    ) -> core::result::Result<usize, AccessError> {
         if pd != self.pd || self.access & rights != rights {
             return Err(AccessError::Denied);
         }
-        let offset = addr.checked_sub(self.iova).ok_or(AccessError::OutOfBounds)?;
+        let offset = addr
+            .checked_sub(self.iova)
+            .ok_or(AccessError::OutOfBounds)?;
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(offset as usize),
             _ => Err(AccessError::OutOfBounds),

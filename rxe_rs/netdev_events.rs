@@ -20,7 +20,9 @@ impl NetdevNotifier for PortTracker {
         match event {
             // Queued: unregistering waits for users, and we are under RTNL.
             NetdevEvent::Unregister => dev.unregister_queued(),
-            NetdevEvent::Up | NetdevEvent::Down | NetdevEvent::Change => RxeDevice::sync_port(&dev, ndev),
+            NetdevEvent::Up | NetdevEvent::Down | NetdevEvent::Change => {
+                RxeDevice::sync_port(&dev, ndev)
+            }
             NetdevEvent::ChangeMtu => dev.set_netdev_mtu(ndev.mtu()),
         }
     }

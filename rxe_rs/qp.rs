@@ -3,18 +3,6 @@
 //! with the attributes each transition carries.
 
 use crate::{
-    kext::{
-        bindings,
-        errno::eopnotsupp,
-        ib::{self, QpAttr, QpInitAttr},
-        mmap::{RingIndex, SharedRing},
-        object::Udata,
-    },
-    limits,
-    proto::{av::AddressVector, mtu::IbMtu, psn::Psn},
-    uapi::{recv_wqe_bytes, send_wqe_bytes, CreateQpResp, MmapInfo, RingGeometry},
-};
-use crate::{
     completer,
     counters::Counter,
     device::RxeDevice,
@@ -29,6 +17,18 @@ use crate::{
     requester::{self, Requester, RunEnd},
     responder::{self, Responder},
     uapi::{wc_status, RING_FLAG_FLUSH},
+};
+use crate::{
+    kext::{
+        bindings,
+        errno::eopnotsupp,
+        ib::{self, QpAttr, QpInitAttr},
+        mmap::{RingIndex, SharedRing},
+        object::Udata,
+    },
+    limits,
+    proto::{av::AddressVector, mtu::IbMtu, psn::Psn},
+    uapi::{recv_wqe_bytes, send_wqe_bytes, CreateQpResp, MmapInfo, RingGeometry},
 };
 use core::sync::atomic::{fence, AtomicBool, Ordering};
 use kernel::{
@@ -64,10 +64,12 @@ mod mask {
     pub(super) const RETRY_CNT: i32 = bindings::ib_qp_attr_mask_IB_QP_RETRY_CNT as i32;
     pub(super) const RNR_RETRY: i32 = bindings::ib_qp_attr_mask_IB_QP_RNR_RETRY as i32;
     pub(super) const RQ_PSN: i32 = bindings::ib_qp_attr_mask_IB_QP_RQ_PSN as i32;
-    pub(super) const MAX_QP_RD_ATOMIC: i32 = bindings::ib_qp_attr_mask_IB_QP_MAX_QP_RD_ATOMIC as i32;
+    pub(super) const MAX_QP_RD_ATOMIC: i32 =
+        bindings::ib_qp_attr_mask_IB_QP_MAX_QP_RD_ATOMIC as i32;
     pub(super) const MIN_RNR_TIMER: i32 = bindings::ib_qp_attr_mask_IB_QP_MIN_RNR_TIMER as i32;
     pub(super) const SQ_PSN: i32 = bindings::ib_qp_attr_mask_IB_QP_SQ_PSN as i32;
-    pub(super) const MAX_DEST_RD_ATOMIC: i32 = bindings::ib_qp_attr_mask_IB_QP_MAX_DEST_RD_ATOMIC as i32;
+    pub(super) const MAX_DEST_RD_ATOMIC: i32 =
+        bindings::ib_qp_attr_mask_IB_QP_MAX_DEST_RD_ATOMIC as i32;
     pub(super) const DEST_QPN: i32 = bindings::ib_qp_attr_mask_IB_QP_DEST_QPN as i32;
 }
 
@@ -78,8 +80,10 @@ const EVENT_QP_FATAL: bindings::ib_event_type = bindings::ib_event_type_IB_EVENT
 
 /// Rights a QP may grant. LOCAL_WRITE means nothing for a QP, but applications (perftest) pass
 /// it and rdma_rxe accepts it.
-const QP_ACCESS: i32 =
-    ib::access::LOCAL_WRITE | ib::access::REMOTE_WRITE | ib::access::REMOTE_READ | ib::access::REMOTE_ATOMIC;
+const QP_ACCESS: i32 = ib::access::LOCAL_WRITE
+    | ib::access::REMOTE_WRITE
+    | ib::access::REMOTE_READ
+    | ib::access::REMOTE_ATOMIC;
 
 /// The attributes `modify_qp` sets.
 #[derive(Clone, Copy)]
@@ -187,16 +191,26 @@ impl QpInner {
         }
         let ctx = udata.ucontext().ok_or_else(eopnotsupp)?;
         clamp_caps(&mut init.cap)?;
-        let sq_geometry = RingGeometry::for_entries(init.cap.max_send_wr, send_wqe_bytes(init.cap.max_send_sge, init.cap.max_inline_data));
-        let rq_geometry = RingGeometry::for_entries(init.cap.max_recv_wr, recv_wqe_bytes(init.cap.max_recv_sge));
+        let sq_geometry = RingGeometry::for_entries(
+            init.cap.max_send_wr,
+            send_wqe_bytes(init.cap.max_send_sge, init.cap.max_inline_data),
+        );
+        let rq_geometry =
+            RingGeometry::for_entries(init.cap.max_recv_wr, recv_wqe_bytes(init.cap.max_recv_sge));
         // Report what the rings really hold (free-running indices: every slot is usable).
         init.cap.max_send_wr = sq_geometry.slots();
         init.cap.max_recv_wr = rq_geometry.slots();
         let sq = SharedRing::new(&ctx, sq_geometry)?;
         let rq = SharedRing::new(&ctx, rq_geometry)?;
         udata.write(&CreateQpResp {
-            sq: MmapInfo { offset: sq.buffer().mmap_offset(), size: sq.buffer().len() as u64 },
-            rq: MmapInfo { offset: rq.buffer().mmap_offset(), size: rq.buffer().len() as u64 },
+            sq: MmapInfo {
+                offset: sq.buffer().mmap_offset(),
+                size: sq.buffer().len() as u64,
+            },
+            rq: MmapInfo {
+                offset: rq.buffer().mmap_offset(),
+                size: rq.buffer().len() as u64,
+            },
             sq_log2_slots: sq_geometry.log2_slots,
             sq_slot_size: sq_geometry.slot_size,
             rq_log2_slots: rq_geometry.log2_slots,
@@ -219,8 +233,16 @@ impl QpInner {
             av: None,
             sq_draining: false,
         };
-        let req = Requester::new(sq_geometry.slots(), init.cap.max_send_sge, init.cap.max_inline_data)?;
-        let qp_state = QpState { attrs, req, resp: Responder::new()? };
+        let req = Requester::new(
+            sq_geometry.slots(),
+            init.cap.max_send_sge,
+            init.cap.max_inline_data,
+        )?;
+        let qp_state = QpState {
+            attrs,
+            req,
+            resp: Responder::new()?,
+        };
         let caps = init.cap;
         let sq_sig_all = init.sq_sig_type == bindings::ib_sig_type_IB_SIGNAL_ALL_WR;
         Ok(try_pin_init!(Self {
@@ -244,7 +266,9 @@ impl QpInner {
     pub(crate) fn modify(&self, attr: &QpAttr, m: i32) -> Result {
         // READ reply slots for a new `max_dest_rd_atomic`, allocated before the lock is taken
         // (a value out of range is refused below).
-        let read_slots = if m & mask::MAX_DEST_RD_ATOMIC != 0 && u32::from(attr.max_dest_rd_atomic) <= limits::MAX_RD_ATOMIC {
+        let read_slots = if m & mask::MAX_DEST_RD_ATOMIC != 0
+            && u32::from(attr.max_dest_rd_atomic) <= limits::MAX_RD_ATOMIC
+        {
             Some(responder::read_reply_slots(attr.max_dest_rd_atomic)?)
         } else {
             None
@@ -252,8 +276,16 @@ impl QpInner {
         let mut guard = self.state.lock();
         let s = &mut *guard;
         let a = &mut s.attrs;
-        let cur = if m & mask::CUR_STATE != 0 { attr.cur_qp_state } else { a.state };
-        let next = if m & mask::STATE != 0 { attr.qp_state } else { cur };
+        let cur = if m & mask::CUR_STATE != 0 {
+            attr.cur_qp_state
+        } else {
+            a.state
+        };
+        let next = if m & mask::STATE != 0 {
+            attr.qp_state
+        } else {
+            cur
+        };
         if cur != a.state || !ib::rc_transition_ok(cur, next, m) {
             return Err(EINVAL);
         }
@@ -288,13 +320,19 @@ impl QpInner {
             new.timeout = (attr.timeout <= 31).then_some(attr.timeout).ok_or(EINVAL)?;
         }
         if m & mask::RETRY_CNT != 0 {
-            new.retry_cnt = (attr.retry_cnt <= 7).then_some(attr.retry_cnt).ok_or(EINVAL)?;
+            new.retry_cnt = (attr.retry_cnt <= 7)
+                .then_some(attr.retry_cnt)
+                .ok_or(EINVAL)?;
         }
         if m & mask::RNR_RETRY != 0 {
-            new.rnr_retry = (attr.rnr_retry <= 7).then_some(attr.rnr_retry).ok_or(EINVAL)?;
+            new.rnr_retry = (attr.rnr_retry <= 7)
+                .then_some(attr.rnr_retry)
+                .ok_or(EINVAL)?;
         }
         if m & mask::MIN_RNR_TIMER != 0 {
-            new.min_rnr_timer = (attr.min_rnr_timer <= 31).then_some(attr.min_rnr_timer).ok_or(EINVAL)?;
+            new.min_rnr_timer = (attr.min_rnr_timer <= 31)
+                .then_some(attr.min_rnr_timer)
+                .ok_or(EINVAL)?;
         }
         if m & mask::RQ_PSN != 0 {
             new.rq_psn = Psn::new(attr.rq_psn);
@@ -466,7 +504,10 @@ impl QpInner {
     /// lost to a full CQ puts the QP in the error state, as rdma_rxe does, rather than let it
     /// run on with its owner no longer told what completed.
     pub(crate) fn settle(&self, s: &mut QpState) {
-        if self.cq_overflowed.swap(false, Ordering::Relaxed) && s.attrs.state != state::ERR && s.attrs.state != state::RESET {
+        if self.cq_overflowed.swap(false, Ordering::Relaxed)
+            && s.attrs.state != state::ERR
+            && s.attrs.state != state::RESET
+        {
             self.enter_error(s);
             // The flush's completions found the CQ full too: nothing more to do for them.
             self.cq_overflowed.store(false, Ordering::Relaxed);

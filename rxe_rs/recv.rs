@@ -2,6 +2,7 @@
 //! The receive side of UDP port 4791.
 
 use crate::{
+    completer,
     counters::Counter,
     device::RxeDevice,
     kext::{
@@ -13,7 +14,7 @@ use crate::{
         udp_tunnel::{EncapReceiver, UdpTunnel},
     },
     proto::packet::{self, DropReason},
-    completer, responder,
+    responder,
 };
 use kernel::prelude::*;
 
@@ -40,7 +41,8 @@ impl EncapReceiver for Receiver {
         // on the netdev that owns their destination address. Only from a local source: a
         // packet routed in from elsewhere does not arrive on `lo`, and one that claims to must
         // not reach a device through this door.
-        let Some(dev) = dev.or_else(|| ip.as_ref().ok().and_then(|ip| device_of_looped_back(ip))) else {
+        let Some(dev) = dev.or_else(|| ip.as_ref().ok().and_then(|ip| device_of_looped_back(ip)))
+        else {
             return;
         };
         let outcome = match ip {
@@ -92,7 +94,10 @@ impl Sockets {
 
 fn report(err: &Error) {
     if *err == eaddrinuse() {
-        pr_err!("UDP port {} is in use (is rdma_rxe loaded?)\n", ROCE_V2_UDP_DPORT);
+        pr_err!(
+            "UDP port {} is in use (is rdma_rxe loaded?)\n",
+            ROCE_V2_UDP_DPORT
+        );
     } else {
         pr_err!("cannot bind UDP port {}: {:?}\n", ROCE_V2_UDP_DPORT, err);
     }

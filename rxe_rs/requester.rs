@@ -71,8 +71,14 @@ impl SendWork {
 
     fn kind(&self) -> MessageKind {
         match self.wqe.opcode {
-            send_opcode::SEND => MessageKind::Send { imm: false, inv: false },
-            send_opcode::SEND_WITH_IMM => MessageKind::Send { imm: true, inv: false },
+            send_opcode::SEND => MessageKind::Send {
+                imm: false,
+                inv: false,
+            },
+            send_opcode::SEND_WITH_IMM => MessageKind::Send {
+                imm: true,
+                inv: false,
+            },
             send_opcode::RDMA_WRITE => MessageKind::Write { imm: false },
             send_opcode::RDMA_WRITE_WITH_IMM => MessageKind::Write { imm: true },
             _ => MessageKind::Read,
@@ -145,7 +151,11 @@ impl Requester {
             works: KVVec::from_elem(SendWork::default(), copies, crate::kext::gfp_user_sized())?,
             sges: KVVec::from_elem(Sge::default(), sges, crate::kext::gfp_user_sized())?,
             inline: KVVec::from_elem(0u8, inline, crate::kext::gfp_user_sized())?,
-            reads: ReadRequests::new(KVec::from_elem(ReadRequest::default(), MAX_READ_REQUESTS, GFP_KERNEL_ACCOUNT)?),
+            reads: ReadRequests::new(KVec::from_elem(
+                ReadRequest::default(),
+                MAX_READ_REQUESTS,
+                GFP_KERNEL_ACCOUNT,
+            )?),
             max_sge: max_sge as usize,
             max_inline: max_inline as usize,
             consumer: 0,
@@ -244,10 +254,17 @@ impl Requester {
         let slot = self.slot(index);
         let wqe: SendWqe = qp.sq.read(index, 0).unwrap_or_default();
         // Whatever happens next, completions report this WQE's id and opcode.
-        self.works[slot] = SendWork { wqe, ..Default::default() };
+        self.works[slot] = SendWork {
+            wqe,
+            ..Default::default()
+        };
         let supported = matches!(
             wqe.opcode,
-            send_opcode::SEND | send_opcode::SEND_WITH_IMM | send_opcode::RDMA_WRITE | send_opcode::RDMA_WRITE_WITH_IMM | send_opcode::RDMA_READ
+            send_opcode::SEND
+                | send_opcode::SEND_WITH_IMM
+                | send_opcode::RDMA_WRITE
+                | send_opcode::RDMA_WRITE_WITH_IMM
+                | send_opcode::RDMA_READ
         );
         if !supported {
             return Err(wc_status::LOC_QP_OP_ERR);
@@ -258,7 +275,9 @@ impl Requester {
                 return Err(wc_status::LOC_LEN_ERR);
             }
             let dst = &mut self.inline[slot * self.max_inline..][..wqe.inline_len as usize];
-            qp.sq.read_bytes(index, core::mem::size_of::<SendWqe>(), dst).map_err(|_| wc_status::LOC_QP_OP_ERR)?;
+            qp.sq
+                .read_bytes(index, core::mem::size_of::<SendWqe>(), dst)
+                .map_err(|_| wc_status::LOC_QP_OP_ERR)?;
             u64::from(wqe.inline_len)
         } else {
             if wqe.num_sge as usize > self.max_sge {
@@ -268,10 +287,15 @@ impl Requester {
             for i in 0..wqe.num_sge as usize {
                 let sge: Sge = qp
                     .sq
-                    .read(index, core::mem::size_of::<SendWqe>() + i * core::mem::size_of::<Sge>())
+                    .read(
+                        index,
+                        core::mem::size_of::<SendWqe>() + i * core::mem::size_of::<Sge>(),
+                    )
                     .map_err(|_| wc_status::LOC_QP_OP_ERR)?;
                 // At most 32 lengths below 2^32 each: cannot overflow, checked all the same.
-                total = total.checked_add(u64::from(sge.length)).ok_or(wc_status::LOC_LEN_ERR)?;
+                total = total
+                    .checked_add(u64::from(sge.length))
+                    .ok_or(wc_status::LOC_LEN_ERR)?;
                 self.sges[slot * self.max_sge + i] = sge;
             }
             total
@@ -282,8 +306,15 @@ impl Requester {
         // A remote range that wraps past 2^64 lies in no MR: fail it as any responder would
         // (remote access error), without putting a wrapped address on the wire. (It may end
         // at 2^64 itself: its last byte is the last address.)
-        let rdma = matches!(wqe.opcode, send_opcode::RDMA_WRITE | send_opcode::RDMA_WRITE_WITH_IMM | send_opcode::RDMA_READ);
-        if rdma && len.checked_sub(1).is_some_and(|last| wqe.remote_addr.checked_add(last).is_none()) {
+        let rdma = matches!(
+            wqe.opcode,
+            send_opcode::RDMA_WRITE | send_opcode::RDMA_WRITE_WITH_IMM | send_opcode::RDMA_READ
+        );
+        if rdma
+            && len
+                .checked_sub(1)
+                .is_some_and(|last| wqe.remote_addr.checked_add(last).is_none())
+        {
             return Err(wc_status::REM_ACCESS_ERR);
         }
         let mut wqe = wqe;
@@ -292,17 +323,32 @@ impl Requester {
         } else {
             wqe.num_sge = 0;
         }
-        self.works[slot] = SendWork { wqe, len: len as u32, ..Default::default() };
+        self.works[slot] = SendWork {
+            wqe,
+            len: len as u32,
+            ..Default::default()
+        };
         Ok(())
     }
 }
 
 /// Copies the payload bytes at message offset `offset` of the work at `index` into `out`.
-fn gather(dev: &Device<RxeDevice>, pd: PdId, req: &Requester, index: u32, offset: u32, out: &mut [u8]) -> core::result::Result<(), u32> {
+fn gather(
+    dev: &Device<RxeDevice>,
+    pd: PdId,
+    req: &Requester,
+    index: u32,
+    offset: u32,
+    out: &mut [u8],
+) -> core::result::Result<(), u32> {
     if req.work(index).wqe.flags & send_flags::INLINE != 0 {
         let start = offset as usize;
         let end = start.checked_add(out.len()).ok_or(wc_status::LOC_LEN_ERR)?;
-        out.copy_from_slice(req.inline_of(index).get(start..end).ok_or(wc_status::LOC_LEN_ERR)?);
+        out.copy_from_slice(
+            req.inline_of(index)
+                .get(start..end)
+                .ok_or(wc_status::LOC_LEN_ERR)?,
+        );
         return Ok(());
     }
     sgl::gather(dev, pd, req.sges_of(index), u64::from(offset), out)
@@ -325,7 +371,12 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> Run
     // Copy out what the process posted.
     let producer = qp.sq.load(RingIndex::Producer);
     // Read once: the process may move it while we work, and the loop must not follow.
-    let Some(new) = qp.sq.geometry().occupancy(producer, req.consumer).and_then(|posted| req.fetchable(posted)) else {
+    let Some(new) = qp
+        .sq
+        .geometry()
+        .occupancy(producer, req.consumer)
+        .and_then(|posted| req.fetchable(posted))
+    else {
         return RunEnd::BrokenRing;
     };
     for _ in 0..new {
@@ -369,7 +420,12 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> Run
         let psns = if repeat {
             // The rest of the request that first asked for `at`. (None: its responses all
             // arrived, which rewinds never ask again for; one response is safe anyway.)
-            let part = s.req.reads.repeat_from(at).unwrap_or(1).min(w.npkts - w.sent);
+            let part = s
+                .req
+                .reads
+                .repeat_from(at)
+                .unwrap_or(1)
+                .min(w.npkts - w.sent);
             // Not one request per arriving response: wait for room for the whole part (or a
             // window's worth: a repeat may not be split, the responder may drop its second half).
             if room < part.min(limit) {
@@ -380,7 +436,9 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> Run
             if s.req.reads.len() >= usize::from(s.attrs.max_rd_atomic).max(1) {
                 break;
             }
-            let part = (READ_PART - w.sent % READ_PART).min(w.npkts - w.sent).min(limit.max(1));
+            let part = (READ_PART - w.sent % READ_PART)
+                .min(w.npkts - w.sent)
+                .min(limit.max(1));
             if room < part {
                 break;
             }
@@ -395,7 +453,18 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> Run
         let tx = tx.get_or_insert_with(|| Transmitter::new(dev, &av));
         let edge = s.req.window.is_edge(unacked);
         let sent = match tx.as_ref() {
-            Some(t) => send_packet(dev, qp, &av, s.attrs.dest_qpn, mtu, &s.req, index, psns, t, edge),
+            Some(t) => send_packet(
+                dev,
+                qp,
+                &av,
+                s.attrs.dest_qpn,
+                mtu,
+                &s.req,
+                index,
+                psns,
+                t,
+                edge,
+            ),
             // No route: a loss the retransmission timer recovers. Without a timer (timeout 0)
             // the packet waits unsent for the next run instead (a doorbell or an ACK).
             None if s.req.window.ack_timeout_ns(s.attrs.timeout).is_some() => Err(TxError::Dropped),
@@ -412,7 +481,11 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> Run
         if index == req.started_end {
             req.started_end = index.wrapping_add(1);
         }
-        req.noack_pkts = if ack_req { 0 } else { req.noack_pkts.saturating_add(1) };
+        req.noack_pkts = if ack_req {
+            0
+        } else {
+            req.noack_pkts.saturating_add(1)
+        };
         let w = req.work_mut(index);
         w.sent += psns;
         let end = w.first_psn.add(w.sent);
@@ -421,7 +494,10 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> Run
         }
         if new_read {
             // Fits: `reads.len() < max_rd_atomic <= MAX_READ_REQUESTS`, checked above.
-            let _ = req.reads.push(ReadRequest { first: at, count: psns });
+            let _ = req.reads.push(ReadRequest {
+                first: at,
+                count: psns,
+            });
         }
         if req.work(index).fully_sent() {
             req.cur = req.cur.wrapping_add(1);
@@ -450,7 +526,10 @@ fn send_packet(
     if w.is_read() {
         // The responses from `sent` on: a part of the message, or after a loss its rest. The
         // remote range was checked at fetch; checked again rather than trusted.
-        let skip = w.sent.checked_mul(mtu.bytes()).filter(|&skip| skip < w.len || w.len == 0);
+        let skip = w
+            .sent
+            .checked_mul(mtu.bytes())
+            .filter(|&skip| skip < w.len || w.len == 0);
         let va = skip.and_then(|skip| w.wqe.remote_addr.checked_add(u64::from(skip)));
         let (Some(skip), Some(va)) = (skip, va) else {
             return Err(TxError::Payload(wc_status::REM_ACCESS_ERR));
@@ -459,8 +538,18 @@ fn send_packet(
         let frame = Frame {
             av,
             sport: qp.sport,
-            bth: bth(crate::proto::opcode::Opcode::RC_READ_REQUEST.0, dest_qpn, w.first_psn.add(w.sent), true, false),
-            reth: Some(Reth { va, rkey: w.wqe.rkey, dma_len }),
+            bth: bth(
+                crate::proto::opcode::Opcode::RC_READ_REQUEST.0,
+                dest_qpn,
+                w.first_psn.add(w.sent),
+                true,
+                false,
+            ),
+            reth: Some(Reth {
+                va,
+                rkey: w.wqe.rkey,
+                dma_len,
+            }),
             aeth: None,
             immdt: None,
             payload_len: 0,
@@ -471,18 +560,26 @@ fn send_packet(
     let info = seg.opcode.info();
     let (has_reth, has_imm) = info.map_or((false, false), |i| (i.reth, i.immdt));
     // The last packet the window allows asks too, or the window would only reopen by timeout.
-    let ack_req = seg.last || window_edge || req.noack_pkts.saturating_add(1) >= PACKETS_PER_ACK_REQ;
+    let ack_req =
+        seg.last || window_edge || req.noack_pkts.saturating_add(1) >= PACKETS_PER_ACK_REQ;
     let solicited = seg.last && w.wqe.flags & send_flags::SOLICITED != 0;
     let frame = Frame {
         av,
         sport: qp.sport,
         bth: bth(seg.opcode.0, dest_qpn, seg.psn, ack_req, solicited),
-        reth: has_reth.then_some(Reth { va: w.wqe.remote_addr, rkey: w.wqe.rkey, dma_len: w.len }),
+        reth: has_reth.then_some(Reth {
+            va: w.wqe.remote_addr,
+            rkey: w.wqe.rkey,
+            dma_len: w.len,
+        }),
         aeth: None,
         immdt: has_imm.then_some(w.wqe.imm_data.to_ne_bytes()),
         payload_len: seg.len,
     };
-    tx.send(&frame, |out| gather(dev, qp.pd, req, index, seg.offset, out)).map(|()| ack_req)
+    tx.send(&frame, |out| {
+        gather(dev, qp.pd, req, index, seg.offset, out)
+    })
+    .map(|()| ack_req)
 }
 
 /// A request BTH.
@@ -508,7 +605,10 @@ pub(crate) fn fetch_for_flush(qp: &QpInner, req: &mut Requester, end: u32) {
     while req.fetched != end && (req.held() as usize) < req.works.len() {
         let index = req.fetched;
         let wqe: SendWqe = qp.sq.read(index, 0).unwrap_or_default();
-        *req.work_mut(index) = SendWork { wqe, ..Default::default() };
+        *req.work_mut(index) = SendWork {
+            wqe,
+            ..Default::default()
+        };
         req.fetched = req.fetched.wrapping_add(1);
     }
 }

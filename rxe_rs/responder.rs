@@ -110,7 +110,10 @@ impl Responder {
     /// Ready to receive at `epsn` (move to RTR).
     pub(crate) fn start(&mut self, epsn: Psn) {
         self.stop();
-        self.seq = ResponderSeq { epsn, ..Default::default() };
+        self.seq = ResponderSeq {
+            epsn,
+            ..Default::default()
+        };
         self.recv = None;
         self.write = None;
         self.nak_sent = false;
@@ -155,21 +158,39 @@ enum RqError {
 }
 
 /// Takes the next receive WQE off the RQ: `Ok(false)` if the process posted none (RNR).
-fn take_recv_wqe(qp: &QpInner, rq_consumer: u32, recv: &mut Option<RecvInProgress>) -> core::result::Result<bool, RqError> {
+fn take_recv_wqe(
+    qp: &QpInner,
+    rq_consumer: u32,
+    recv: &mut Option<RecvInProgress>,
+) -> core::result::Result<bool, RqError> {
     let producer = qp.rq.load(RingIndex::Producer);
     match qp.rq.geometry().occupancy(producer, rq_consumer) {
         None => return Err(RqError::BrokenRing),
         Some(0) => return Ok(false),
         Some(_) => {}
     }
-    let wqe: RecvWqe = qp.rq.read(rq_consumer, 0).map_err(|_| RqError::BrokenRing)?;
-    let r = recv.insert(RecvInProgress { wr_id: wqe.wr_id, sges: [Sge::default(); limits::MAX_SGE as usize], num_sge: 0, received: 0 });
+    let wqe: RecvWqe = qp
+        .rq
+        .read(rq_consumer, 0)
+        .map_err(|_| RqError::BrokenRing)?;
+    let r = recv.insert(RecvInProgress {
+        wr_id: wqe.wr_id,
+        sges: [Sge::default(); limits::MAX_SGE as usize],
+        num_sge: 0,
+        received: 0,
+    });
     let num_sge = wqe.num_sge as usize;
     if num_sge > qp.caps.max_recv_sge as usize {
         return Err(RqError::BadWqe);
     }
     for (i, sge) in r.sges[..num_sge].iter_mut().enumerate() {
-        *sge = qp.rq.read(rq_consumer, core::mem::size_of::<RecvWqe>() + i * core::mem::size_of::<Sge>()).map_err(|_| RqError::BrokenRing)?;
+        *sge = qp
+            .rq
+            .read(
+                rq_consumer,
+                core::mem::size_of::<RecvWqe>() + i * core::mem::size_of::<Sge>(),
+            )
+            .map_err(|_| RqError::BrokenRing)?;
     }
     r.num_sge = num_sge;
     Ok(true)
@@ -177,7 +198,12 @@ fn take_recv_wqe(qp: &QpInner, rq_consumer: u32, recv: &mut Option<RecvInProgres
 
 /// Copies `data` into the WQE's buffers after what is already there; a message longer than
 /// `max_msg_sz` fails as one longer than the buffers.
-fn scatter(dev: &Device<RxeDevice>, pd: crate::mr::PdId, recv: &mut RecvInProgress, data: &[u8]) -> core::result::Result<(), u32> {
+fn scatter(
+    dev: &Device<RxeDevice>,
+    pd: crate::mr::PdId,
+    recv: &mut RecvInProgress,
+    data: &[u8],
+) -> core::result::Result<(), u32> {
     let received = recv
         .received
         .checked_add(data.len() as u64)
@@ -189,8 +215,18 @@ fn scatter(dev: &Device<RxeDevice>, pd: crate::mr::PdId, recv: &mut RecvInProgre
 }
 
 /// Posts the receive completion of the WQE in `s.resp.recv` and retires it.
-fn complete_recv(qp: &QpInner, s: &mut QpState, status: u32, opcode: u32, byte_len: u32, imm: Option<[u8; 4]>, solicited: bool) {
-    let Some(recv) = s.resp.recv.take() else { return };
+fn complete_recv(
+    qp: &QpInner,
+    s: &mut QpState,
+    status: u32,
+    opcode: u32,
+    byte_len: u32,
+    imm: Option<[u8; 4]>,
+    solicited: bool,
+) {
+    let Some(recv) = s.resp.recv.take() else {
+        return;
+    };
     s.resp.rq_consumer = s.resp.rq_consumer.wrapping_add(1);
     qp.rq.store(RingIndex::Consumer, s.resp.rq_consumer);
     let cqe = Cqe {
@@ -200,7 +236,11 @@ fn complete_recv(qp: &QpInner, s: &mut QpState, status: u32, opcode: u32, byte_l
         byte_len,
         imm_data: imm.map_or(0, u32::from_ne_bytes),
         qp_num: qp.qpn,
-        wc_flags: if imm.is_some() && status == wc_status::SUCCESS { wc_flags::WITH_IMM } else { 0 },
+        wc_flags: if imm.is_some() && status == wc_status::SUCCESS {
+            wc_flags::WITH_IMM
+        } else {
+            0
+        },
         ..Default::default()
     };
     // A full CQ raises IB_EVENT_CQ_ERR inside `post`; the QP then enters the error state.
@@ -215,17 +255,35 @@ fn complete_recv(qp: &QpInner, s: &mut QpState, status: u32, opcode: u32, byte_l
 /// flushed by the doorbell the ring's flags ask for.
 pub(crate) fn flush_rq(qp: &QpInner, s: &mut QpState) {
     if s.resp.recv.is_some() {
-        complete_recv(qp, s, wc_status::WR_FLUSH_ERR, wc_opcode::RECV, 0, None, false);
+        complete_recv(
+            qp,
+            s,
+            wc_status::WR_FLUSH_ERR,
+            wc_opcode::RECV,
+            0,
+            None,
+            false,
+        );
     }
     let producer = qp.rq.load(RingIndex::Producer);
     // A ring too corrupt to read: nothing in it can be flushed.
-    let Some(posted) = qp.rq.geometry().occupancy(producer, s.resp.rq_consumer) else { return };
+    let Some(posted) = qp.rq.geometry().occupancy(producer, s.resp.rq_consumer) else {
+        return;
+    };
     for _ in 0..posted {
         match take_recv_wqe(qp, s.resp.rq_consumer, &mut s.resp.recv) {
             Ok(true) | Err(RqError::BadWqe) => {}
             Ok(false) | Err(RqError::BrokenRing) => return,
         }
-        complete_recv(qp, s, wc_status::WR_FLUSH_ERR, wc_opcode::RECV, 0, None, false);
+        complete_recv(
+            qp,
+            s,
+            wc_status::WR_FLUSH_ERR,
+            wc_opcode::RECV,
+            0,
+            None,
+            false,
+        );
     }
 }
 
@@ -241,13 +299,18 @@ fn send_ack(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, syndrome: Sy
 /// Sends an ACK or NAK for `psn` right away.
 fn send_ack_now(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpState, syndrome: Syndrome, psn: Psn) {
     let Some(av) = s.attrs.av else { return };
-    let Some(tx) = Transmitter::new(dev, &av) else { return };
+    let Some(tx) = Transmitter::new(dev, &av) else {
+        return;
+    };
     let frame = Frame {
         av,
         sport: qp.sport,
         bth: bth(Opcode::RC_ACK.0, s.attrs.dest_qpn, psn, false, false),
         reth: None,
-        aeth: Some(Aeth { syndrome, msn: s.resp.seq.msn }),
+        aeth: Some(Aeth {
+            syndrome,
+            msn: s.resp.seq.msn,
+        }),
         immdt: None,
         payload_len: 0,
     };
@@ -264,22 +327,38 @@ fn answers_requests(s: &QpState) -> bool {
 /// outstanding: sized by it (not for the most any QP may have), since every QP has them from
 /// its creation on. Charged to the process's memory cgroup.
 pub(crate) fn read_reply_slots(max_dest_rd_atomic: u8) -> Result<KVec<ReadReply>> {
-    Ok(KVec::from_elem(ReadReply::default(), read_reply::slots_for(max_dest_rd_atomic), GFP_KERNEL_ACCOUNT)?)
+    Ok(KVec::from_elem(
+        ReadReply::default(),
+        read_reply::slots_for(max_dest_rd_atomic),
+        GFP_KERNEL_ACCOUNT,
+    )?)
 }
 
 /// Queues the responses to a READ request at `psn` (`repeated`: asked for again) and makes
 /// sure the QP's work item runs to send them.
-fn queue_read(qp: &Arc<QpInner>, s: &mut QpState, reth: &Reth, psn: Psn, repeated: bool) -> core::result::Result<(), Failure> {
+fn queue_read(
+    qp: &Arc<QpInner>,
+    s: &mut QpState,
+    reth: &Reth,
+    psn: Psn,
+    repeated: bool,
+) -> core::result::Result<(), Failure> {
     let mtu = s.attrs.path_mtu;
     let reply = ReadReply::new(reth.rkey, reth.va, reth.dma_len, psn, s.resp.seq.msn, mtu);
     // The requester may have `max_dest_rd_atomic` READs outstanding (our responder resources;
     // 0 counts as 1, as a requester with `max_rd_atomic` 0 still sends one): one more is an
     // invalid request. Replies fully sent leave the queue at once, so only those still owed
     // count, and only to new requests. A repeated READ replaces what is owed from its PSN on.
-    if !repeated && s.resp.reads.owed_to_new_requests() >= usize::from(s.attrs.max_dest_rd_atomic.max(1)) {
+    if !repeated
+        && s.resp.reads.owed_to_new_requests() >= usize::from(s.attrs.max_dest_rd_atomic.max(1))
+    {
         return Err(Failure::Invalid);
     }
-    let queued = if repeated { s.resp.reads.repeat(reply, mtu) } else { s.resp.reads.push(reply) };
+    let queued = if repeated {
+        s.resp.reads.repeat(reply, mtu)
+    } else {
+        s.resp.reads.push(reply)
+    };
     queued.map_err(|_| Failure::Invalid)?;
     qp::schedule_read_replies(qp);
     Ok(())
@@ -295,14 +374,20 @@ pub(crate) fn send_read_replies(dev: &Device<RxeDevice>, qp: &Arc<QpInner>) {
         return;
     }
     let mtu = s.attrs.path_mtu;
-    let Some((av, tx)) = s.attrs.av.and_then(|av| Some((av, Transmitter::new(dev, &av)?))) else {
+    let Some((av, tx)) = s
+        .attrs
+        .av
+        .and_then(|av| Some((av, Transmitter::new(dev, &av)?)))
+    else {
         // No route to the requester (counted): it asks again once there is one.
         s.resp.stop();
         return;
     };
     let mut budget = READ_RESPONSES_PER_RUN;
     while budget > 0 {
-        let Some(reply) = s.resp.reads.front_mut() else { break };
+        let Some(reply) = s.resp.reads.front_mut() else {
+            break;
+        };
         let Some(response) = reply.next(mtu) else {
             s.resp.reads.pop();
             continue;
@@ -344,14 +429,27 @@ pub(crate) fn send_read_replies(dev: &Device<RxeDevice>, qp: &Arc<QpInner>) {
 }
 
 /// Sends one READ response packet, its payload read from the MR `rkey` names.
-fn send_read_response(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpState, av: &AddressVector, tx: &Transmitter<'_>, rkey: u32, r: &Response) -> core::result::Result<(), TxError> {
+fn send_read_response(
+    dev: &Device<RxeDevice>,
+    qp: &QpInner,
+    s: &QpState,
+    av: &AddressVector,
+    tx: &Transmitter<'_>,
+    rkey: u32,
+    r: &Response,
+) -> core::result::Result<(), TxError> {
     let aeth = r.opcode.info().is_some_and(|i| i.aeth);
     let frame = Frame {
         av: *av,
         sport: qp.sport,
         bth: bth(r.opcode.0, s.attrs.dest_qpn, r.psn, false, false),
         reth: None,
-        aeth: aeth.then_some(Aeth { syndrome: Syndrome::Ack { credits: AETH_NO_CREDITS }, msn: r.msn }),
+        aeth: aeth.then_some(Aeth {
+            syndrome: Syndrome::Ack {
+                credits: AETH_NO_CREDITS,
+            },
+            msn: r.msn,
+        }),
         immdt: None,
         payload_len: r.len,
     };
@@ -360,12 +458,19 @@ fn send_read_response(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpState, av: &A
             return Ok(());
         }
         let mr = dev.lookup_mr(rkey).ok_or(wc_status::REM_ACCESS_ERR)?;
-        mr.read(qp.pd, r.va, out, access::REMOTE_READ).map_err(|_| wc_status::REM_ACCESS_ERR)
+        mr.read(qp.pd, r.va, out, access::REMOTE_READ)
+            .map_err(|_| wc_status::REM_ACCESS_ERR)
     })
 }
 
 /// Checks that `reth` names `len` bytes of an MR of ours the peer may access with `rights`.
-fn check_remote(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpState, reth: &Reth, rights: i32) -> core::result::Result<(), Failure> {
+fn check_remote(
+    dev: &Device<RxeDevice>,
+    qp: &QpInner,
+    s: &QpState,
+    reth: &Reth,
+    rights: i32,
+) -> core::result::Result<(), Failure> {
     if s.attrs.access & rights != rights {
         return Err(Failure::Access);
     }
@@ -376,11 +481,17 @@ fn check_remote(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpState, reth: &Reth,
         return Ok(());
     }
     let mr = dev.lookup_mr(reth.rkey).ok_or(Failure::Access)?;
-    mr.check(qp.pd, reth.va, u64::from(reth.dma_len), rights).map(|_| ()).map_err(|_| Failure::Access)
+    mr.check(qp.pd, reth.va, u64::from(reth.dma_len), rights)
+        .map(|_| ())
+        .map_err(|_| Failure::Access)
 }
 
 /// Handles one valid request packet for `qp`, in softirq; returns the counter it moves.
-pub(crate) fn handle_request(dev: &Device<RxeDevice>, qp: &Arc<QpInner>, d: &Datagram<'_>) -> Counter {
+pub(crate) fn handle_request(
+    dev: &Device<RxeDevice>,
+    qp: &Arc<QpInner>,
+    d: &Datagram<'_>,
+) -> Counter {
     let mut guard = qp.state.lock();
     let s = &mut *guard;
     let counter = handle_request_locked(dev, qp, s, d);
@@ -404,7 +515,12 @@ pub(crate) fn check_admitted(s: &QpState, d: &Datagram<'_>) -> core::result::Res
     admit(d, Transport::Rc, limits::DEFAULT_PKEY, av).map_err(refusal_counter)
 }
 
-fn handle_request_locked(dev: &Device<RxeDevice>, qp: &Arc<QpInner>, s: &mut QpState, d: &Datagram<'_>) -> Counter {
+fn handle_request_locked(
+    dev: &Device<RxeDevice>,
+    qp: &Arc<QpInner>,
+    s: &mut QpState,
+    d: &Datagram<'_>,
+) -> Counter {
     if !answers_requests(s) {
         return Counter::RcvdQpNotReady;
     }
@@ -412,7 +528,13 @@ fn handle_request_locked(dev: &Device<RxeDevice>, qp: &Arc<QpInner>, s: &mut QpS
         return counter;
     }
     let psn = d.bth.psn;
-    match s.resp.seq.classify(d.bth.op(), &d.info, psn, d.payload.len() as u32, s.attrs.path_mtu) {
+    match s.resp.seq.classify(
+        d.bth.op(),
+        &d.info,
+        psn,
+        d.payload.len() as u32,
+        s.attrs.path_mtu,
+    ) {
         Verdict::Execute => {}
         Verdict::Duplicate => {
             duplicate(dev, qp, s, d);
@@ -437,8 +559,18 @@ fn handle_request_locked(dev: &Device<RxeDevice>, qp: &Arc<QpInner>, s: &mut QpS
         fail(dev, qp, s, Failure::Invalid, psn);
         return Counter::RcvdUnsupported;
     }
-    let reth = if d.info.reth { Reth::parse(d.ext_headers) } else { None };
-    let imm = if d.info.immdt { d.ext_headers.get(d.ext_headers.len() - 4..).and_then(|b| b.try_into().ok()) } else { None };
+    let reth = if d.info.reth {
+        Reth::parse(d.ext_headers)
+    } else {
+        None
+    };
+    let imm = if d.info.immdt {
+        d.ext_headers
+            .get(d.ext_headers.len() - 4..)
+            .and_then(|b| b.try_into().ok())
+    } else {
+        None
+    };
     let result = if d.info.is_send {
         execute_send(dev, qp, s, d, imm)
     } else if d.info.is_write {
@@ -461,7 +593,15 @@ fn handle_request_locked(dev: &Device<RxeDevice>, qp: &Arc<QpInner>, s: &mut QpS
             s.resp.seq.advance(&d.info, 0, mtu);
             s.resp.nak_sent = false;
             if d.bth.ack_req {
-                send_ack(dev, qp, s, Syndrome::Ack { credits: AETH_NO_CREDITS }, psn);
+                send_ack(
+                    dev,
+                    qp,
+                    s,
+                    Syndrome::Ack {
+                        credits: AETH_NO_CREDITS,
+                    },
+                    psn,
+                );
             }
             Counter::RcvdPkts
         }
@@ -492,7 +632,10 @@ type Executed = core::result::Result<Outcome, Failure>;
 struct Rnr;
 
 /// Makes sure a receive WQE is there for a message that consumes one.
-fn need_recv(qp: &QpInner, s: &mut QpState) -> core::result::Result<core::result::Result<(), Rnr>, Failure> {
+fn need_recv(
+    qp: &QpInner,
+    s: &mut QpState,
+) -> core::result::Result<core::result::Result<(), Rnr>, Failure> {
     if s.resp.recv.is_some() {
         return Ok(Ok(()));
     }
@@ -509,7 +652,13 @@ fn rnr_nak(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, psn: Psn) {
     send_ack(dev, qp, s, Syndrome::RnrNak { timer }, psn);
 }
 
-fn execute_send(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, d: &Datagram<'_>, imm: Option<[u8; 4]>) -> Executed {
+fn execute_send(
+    dev: &Device<RxeDevice>,
+    qp: &QpInner,
+    s: &mut QpState,
+    d: &Datagram<'_>,
+    imm: Option<[u8; 4]>,
+) -> Executed {
     if d.info.is_first {
         if let Err(Rnr) = need_recv(qp, s)? {
             // Not executed: the requester sends it again after the RNR timer.
@@ -521,16 +670,36 @@ fn execute_send(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, d: &Data
     scatter(dev, qp.pd, recv, d.payload).map_err(Failure::Local)?;
     if d.info.is_last {
         let len = recv.received as u32;
-        complete_recv(qp, s, wc_status::SUCCESS, wc_opcode::RECV, len, imm, d.bth.solicited);
+        complete_recv(
+            qp,
+            s,
+            wc_status::SUCCESS,
+            wc_opcode::RECV,
+            len,
+            imm,
+            d.bth.solicited,
+        );
     }
     Ok(Outcome::Done)
 }
 
-fn execute_write(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, d: &Datagram<'_>, reth: Option<Reth>, imm: Option<[u8; 4]>) -> Executed {
+fn execute_write(
+    dev: &Device<RxeDevice>,
+    qp: &QpInner,
+    s: &mut QpState,
+    d: &Datagram<'_>,
+    reth: Option<Reth>,
+    imm: Option<[u8; 4]>,
+) -> Executed {
     if d.info.is_first {
         let reth = reth.ok_or(Failure::Invalid)?;
         check_remote(dev, qp, s, &reth, access::REMOTE_WRITE)?;
-        s.resp.write = Some(WriteInProgress { rkey: reth.rkey, va: reth.va, resid: reth.dma_len, dma_len: reth.dma_len });
+        s.resp.write = Some(WriteInProgress {
+            rkey: reth.rkey,
+            va: reth.va,
+            resid: reth.dma_len,
+            dma_len: reth.dma_len,
+        });
     }
     // WRITE WITH IMMEDIATE consumes a receive WQE with its last packet: RNR before any byte
     // of that packet lands, so that the retry finds everything as it was.
@@ -547,7 +716,8 @@ fn execute_write(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, d: &Dat
     }
     if n > 0 {
         let mr = dev.lookup_mr(w.rkey).ok_or(Failure::Access)?;
-        mr.write(qp.pd, w.va, d.payload, access::REMOTE_WRITE).map_err(|_| Failure::Access)?;
+        mr.write(qp.pd, w.va, d.payload, access::REMOTE_WRITE)
+            .map_err(|_| Failure::Access)?;
     }
     w.resid -= n;
     if w.resid > 0 {
@@ -559,7 +729,15 @@ fn execute_write(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, d: &Dat
     if d.info.is_last {
         s.resp.write = None;
         if imm.is_some() {
-            complete_recv(qp, s, wc_status::SUCCESS, wc_opcode::RECV_RDMA_WITH_IMM, dma_len, imm, d.bth.solicited);
+            complete_recv(
+                qp,
+                s,
+                wc_status::SUCCESS,
+                wc_opcode::RECV_RDMA_WITH_IMM,
+                dma_len,
+                imm,
+                d.bth.solicited,
+            );
         }
     }
     Ok(Outcome::Done)
@@ -575,7 +753,9 @@ fn duplicate(dev: &Device<RxeDevice>, qp: &Arc<QpInner>, s: &mut QpState, d: &Da
             // One that does not check is dropped, not NAKed: without a record of the READs
             // executed (rdma_rxe's responder resources) it cannot be told from a forgery at a
             // guessed PSN, which must not end the QP.
-            if end.diff(s.resp.seq.epsn) <= 0 && check_remote(dev, qp, s, &reth, access::REMOTE_READ).is_ok() {
+            if end.diff(s.resp.seq.epsn) <= 0
+                && check_remote(dev, qp, s, &reth, access::REMOTE_READ).is_ok()
+            {
                 // Room is made by dropping older repeats (`ReadReplies::push`); if it could not
                 // be, the requester would simply ask again.
                 let _ = queue_read(qp, s, &reth, d.bth.psn, true);
@@ -584,14 +764,24 @@ fn duplicate(dev: &Device<RxeDevice>, qp: &Arc<QpInner>, s: &mut QpState, d: &Da
         return;
     }
     let last_done = s.resp.seq.epsn.add(0xff_ffff);
-    send_ack(dev, qp, s, Syndrome::Ack { credits: AETH_NO_CREDITS }, last_done);
+    send_ack(
+        dev,
+        qp,
+        s,
+        Syndrome::Ack {
+            credits: AETH_NO_CREDITS,
+        },
+        last_done,
+    );
 }
 
 /// NAKs the request at `psn` and moves the QP to the error state.
 fn fail(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, f: Failure, psn: Psn) {
     let code = match f {
         Failure::Access => NakCode::RemoteAccessError,
-        Failure::Local(wc_status::LOC_QP_OP_ERR) | Failure::BrokenRing => NakCode::RemoteOperationalError,
+        Failure::Local(wc_status::LOC_QP_OP_ERR) | Failure::BrokenRing => {
+            NakCode::RemoteOperationalError
+        }
         Failure::Invalid | Failure::Local(_) => NakCode::InvalidRequest,
     };
     // The error state ends the QP's traffic: no reason to wait for READ responses.

@@ -22,8 +22,8 @@ mod pd;
 mod qp;
 mod recv;
 mod requester;
-mod sgl;
 mod responder;
+mod sgl;
 mod table;
 mod transmit;
 
@@ -60,7 +60,11 @@ impl kernel::Module for RxeRsModule {
         let notifier = KBox::pin_init(kext::netdev::NotifierRegistration::register(), GFP_KERNEL)?;
         let link = KBox::pin_init(kext::link::LinkRegistration::register(), GFP_KERNEL)?;
         pr_info!("loaded\n");
-        Ok(Self { link: Some(link), _notifier: notifier, _sockets: sockets })
+        Ok(Self {
+            link: Some(link),
+            _notifier: notifier,
+            _sockets: sockets,
+        })
     }
 }
 

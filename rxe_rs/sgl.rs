@@ -60,14 +60,29 @@ fn for_each_piece(
 
 /// Fills `out` with the bytes at `offset` of the memory `sges` names (a QP in PD `pd` reading
 /// its own MRs).
-pub(crate) fn gather(dev: &RxeDevice, pd: PdId, sges: &[Sge], offset: u64, out: &mut [u8]) -> Result<(), u32> {
-    for_each_piece(dev, sges, offset, out.len(), |mr, addr, range| mr.read(pd, addr, &mut out[range], 0).is_ok())
+pub(crate) fn gather(
+    dev: &RxeDevice,
+    pd: PdId,
+    sges: &[Sge],
+    offset: u64,
+    out: &mut [u8],
+) -> Result<(), u32> {
+    for_each_piece(dev, sges, offset, out.len(), |mr, addr, range| {
+        mr.read(pd, addr, &mut out[range], 0).is_ok()
+    })
 }
 
 /// Writes `data` at `offset` of the memory `sges` names (a QP in PD `pd` writing its own MRs,
 /// which must grant local write).
-pub(crate) fn scatter(dev: &RxeDevice, pd: PdId, sges: &[Sge], offset: u64, data: &[u8]) -> Result<(), u32> {
+pub(crate) fn scatter(
+    dev: &RxeDevice,
+    pd: PdId,
+    sges: &[Sge],
+    offset: u64,
+    data: &[u8],
+) -> Result<(), u32> {
     for_each_piece(dev, sges, offset, data.len(), |mr, addr, range| {
-        mr.write(pd, addr, &data[range], access::LOCAL_WRITE).is_ok()
+        mr.write(pd, addr, &data[range], access::LOCAL_WRITE)
+            .is_ok()
     })
 }

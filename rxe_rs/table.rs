@@ -49,7 +49,9 @@ impl<T> Slots<T> {
     fn pop_free(&mut self) -> Option<u32> {
         let slot = self.free_head;
         let entry = self.slot_mut(slot)?;
-        let Slot::Free(next) = *entry else { return None };
+        let Slot::Free(next) = *entry else {
+            return None;
+        };
         *entry = Slot::Reserved;
         self.free_head = next;
         if next == NONE {
@@ -60,7 +62,9 @@ impl<T> Slots<T> {
 
     /// Frees `slot` (reserved, or just emptied), newest in the list.
     fn push_free(&mut self, slot: u32) {
-        let Some(entry) = self.slot_mut(slot) else { return };
+        let Some(entry) = self.slot_mut(slot) else {
+            return;
+        };
         *entry = Slot::Free(NONE);
         let tail = self.free_tail;
         match self.slot_mut(tail) {
@@ -84,7 +88,12 @@ pub(crate) struct IndexTable<T> {
 impl<T> IndexTable<T> {
     /// An empty table handing out indices from `first`, at most `max` of them.
     pub(crate) fn new(first: u32, max: u32) -> impl PinInit<Self> {
-        let slots = Slots { chunks: KVec::new(), used_end: 0, free_head: NONE, free_tail: NONE };
+        let slots = Slots {
+            chunks: KVec::new(),
+            used_end: 0,
+            free_head: NONE,
+            free_tail: NONE,
+        };
         pin_init!(Self {
             first,
             max,
@@ -169,7 +178,9 @@ impl<T> IndexTable<T> {
         if !matches!(entry, Slot::Used(_)) {
             return None;
         }
-        let Slot::Used(object) = core::mem::replace(entry, Slot::Reserved) else { return None };
+        let Slot::Used(object) = core::mem::replace(entry, Slot::Reserved) else {
+            return None;
+        };
         t.push_free(slot);
         Some(object)
     }

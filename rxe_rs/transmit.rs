@@ -5,7 +5,12 @@
 use crate::{
     counters::Counter,
     device::RxeDevice,
-    kext::{crc::KernelCrc32, ib::Device, netdev::NetDevice, xmit::{Route, TxDatagram}},
+    kext::{
+        crc::KernelCrc32,
+        ib::Device,
+        netdev::NetDevice,
+        xmit::{Route, TxDatagram},
+    },
     proto::{
         av::{AddressVector, Family},
         wire::{seal, Frame},
@@ -52,13 +57,25 @@ impl<'a> Transmitter<'a> {
     }
 
     /// Builds `frame`, lets `fill` write its payload, and sends it.
-    pub(crate) fn send(&self, frame: &Frame, fill: impl FnOnce(&mut [u8]) -> Result<(), u32>) -> Result<(), TxError> {
+    pub(crate) fn send(
+        &self,
+        frame: &Frame,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), u32>,
+    ) -> Result<(), TxError> {
         let result = self.build_and_send(frame, fill);
-        self.dev.counters.inc(if result.is_ok() { Counter::SentPkts } else { Counter::SendErr });
+        self.dev.counters.inc(if result.is_ok() {
+            Counter::SentPkts
+        } else {
+            Counter::SendErr
+        });
         result
     }
 
-    fn build_and_send(&self, frame: &Frame, fill: impl FnOnce(&mut [u8]) -> Result<(), u32>) -> Result<(), TxError> {
+    fn build_and_send(
+        &self,
+        frame: &Frame,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), u32>,
+    ) -> Result<(), TxError> {
         let len = frame.len().ok_or(TxError::Dropped)?;
         let mut skb = TxDatagram::alloc(&self.ndev, len).map_err(|_| TxError::Dropped)?;
         let buf = skb.bytes();

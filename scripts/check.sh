@@ -24,9 +24,8 @@ phase_done "setup (apt, cargo, pip)"
 # rustc itself.
 "$RXE_RS_ROOT/scripts/kernel.sh" build debug >/dev/null
 phase_done "test kernel (cached after the first build)"
-echo "== lints: the module through clippy, the protocol engine's arithmetic rules"
-make -s -C "$RXE_RS_ROOT" clippy
-cargo clippy --locked --release -p rxe_rs_proto
+echo "== lints: rustfmt and clippy for the module and the host crates, warnings are errors"
+"$RXE_RS_ROOT/scripts/lint.sh"
 phase_done "lints"
 build_all debug
 phase_done "build (module, provider)"

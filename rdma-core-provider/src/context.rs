@@ -69,7 +69,14 @@ pub unsafe extern "C" fn alloc_context(
         let verbs = &raw mut (*ctx).verbs;
         let mut cmd = ibv_get_context::default();
         let mut resp = ib_uverbs_get_context_resp::default();
-        if ibv_cmd_get_context(verbs, &mut cmd, size_of_val(&cmd), &mut resp, size_of_val(&resp)) != 0 {
+        if ibv_cmd_get_context(
+            verbs,
+            &mut cmd,
+            size_of_val(&cmd),
+            &mut resp,
+            size_of_val(&resp),
+        ) != 0
+        {
             let err = *libc::__errno_location();
             verbs_uninit_context(verbs);
             libc::free(ctx.cast());
@@ -115,7 +122,9 @@ unsafe extern "C" fn query_device_ex(
     let mut resp = ib_uverbs_ex_query_device_resp::default();
     let mut resp_size = size_of_val(&resp);
     // SAFETY: arguments as documented; `resp` is a local of the size we pass.
-    let ret = unsafe { ibv_cmd_query_device_any(ibctx, input, attr, attr_size, &mut resp, &mut resp_size) };
+    let ret = unsafe {
+        ibv_cmd_query_device_any(ibctx, input, attr, attr_size, &mut resp, &mut resp_size)
+    };
     if ret != 0 {
         return ret;
     }
@@ -138,7 +147,11 @@ unsafe extern "C" fn query_device_ex(
 /// # Safety
 ///
 /// libibverbs passes a context of ours and a valid `ibv_port_attr`.
-unsafe extern "C" fn query_port(ibctx: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) -> c_int {
+unsafe extern "C" fn query_port(
+    ibctx: *mut ibv_context,
+    port: u8,
+    attr: *mut ibv_port_attr,
+) -> c_int {
     let mut cmd = ibv_query_port::default();
     // SAFETY: arguments as documented; `cmd` is a local of the size we pass.
     unsafe { ibv_cmd_query_port(ibctx, port, attr, &mut cmd, size_of_val(&cmd)) }

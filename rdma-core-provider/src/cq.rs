@@ -5,7 +5,7 @@ use crate::{
     ring::MappedRing,
 };
 use core::ffi::c_int;
-use rxe_rs_uapi::{CreateCqResp, Cqe, ResizeCqResp, RingGeometry};
+use rxe_rs_uapi::{Cqe, CreateCqResp, ResizeCqResp, RingGeometry};
 use std::{
     mem::{offset_of, size_of, size_of_val, MaybeUninit},
     sync::Mutex,
@@ -61,7 +61,17 @@ pub unsafe extern "C" fn create_cq(
     // SAFETY: valid context, CQ and buffers of the sizes passed; the response starts with the
     // core part, as libibverbs expects.
     let ret = unsafe {
-        ibv_cmd_create_cq(ctx, cqe, channel, comp_vector, ibcq, &mut cmd, size_of_val(&cmd), &mut resp.core, size_of_val(&resp))
+        ibv_cmd_create_cq(
+            ctx,
+            cqe,
+            channel,
+            comp_vector,
+            ibcq,
+            &mut cmd,
+            size_of_val(&cmd),
+            &mut resp.core,
+            size_of_val(&resp),
+        )
     };
     if ret != 0 {
         // SAFETY: never published.
@@ -72,7 +82,9 @@ pub unsafe extern "C" fn create_cq(
     // SAFETY: `ctx` is valid.
     match map_ring(unsafe { (*ctx).cmd_fd }, &resp.drv) {
         // SAFETY: `cq` is ours until returned.
-        Ok(ring) => unsafe { *(*cq).ring.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(ring) },
+        Ok(ring) => unsafe {
+            *(*cq).ring.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(ring)
+        },
         Err(e) => {
             // SAFETY: created above; destroy the kernel object and free ours.
             unsafe {
@@ -88,7 +100,10 @@ pub unsafe extern "C" fn create_cq(
 
 /// Maps the ring a create or resize response describes.
 fn map_ring(cmd_fd: c_int, resp: &CreateCqResp) -> std::io::Result<MappedRing> {
-    let geometry = RingGeometry { log2_slots: resp.log2_slots, slot_size: resp.slot_size };
+    let geometry = RingGeometry {
+        log2_slots: resp.log2_slots,
+        slot_size: resp.slot_size,
+    };
     MappedRing::map(cmd_fd, &resp.ring, geometry)
 }
 
@@ -113,7 +128,16 @@ pub unsafe extern "C" fn resize_cq(ibcq: *mut ibv_cq, cqe: c_int) -> c_int {
     let mut resp = ResizeCqRespFull::default();
     // SAFETY: a CQ of ours; buffers of the sizes passed, the response starting with the core
     // part. On success libibverbs stores the new capacity in `ibcq->cqe`.
-    let ret = unsafe { ibv_cmd_resize_cq(ibcq, cqe, &mut cmd, size_of_val(&cmd), &mut resp.core, size_of_val(&resp)) };
+    let ret = unsafe {
+        ibv_cmd_resize_cq(
+            ibcq,
+            cqe,
+            &mut cmd,
+            size_of_val(&cmd),
+            &mut resp.core,
+            size_of_val(&resp),
+        )
+    };
     if ret != 0 {
         return ret;
     }
@@ -154,7 +178,9 @@ pub unsafe extern "C" fn destroy_cq(ibcq: *mut ibv_cq) -> c_int {
 pub unsafe extern "C" fn poll_cq(ibcq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
     let cq = to_cq(ibcq);
     let guard = cq.ring.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(ring) = guard.as_ref() else { return -libc::EINVAL };
+    let Some(ring) = guard.as_ref() else {
+        return -libc::EINVAL;
+    };
     let producer = ring.producer();
     let mut consumer = ring.consumer();
     let mut polled = 0;

@@ -9,14 +9,33 @@ use std::mem::{size_of_val, MaybeUninit};
 /// # Safety
 ///
 /// libibverbs passes a PD of ours.
-pub unsafe extern "C" fn reg_mr(pd: *mut ibv_pd, addr: *mut c_void, len: usize, hca_va: u64, access: c_int) -> *mut ibv_mr {
+pub unsafe extern "C" fn reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    hca_va: u64,
+    access: c_int,
+) -> *mut ibv_mr {
     // SAFETY: plain C data, filled by the command.
-    let vmr = Box::into_raw(Box::new(unsafe { MaybeUninit::<verbs_mr>::zeroed().assume_init() }));
+    let vmr = Box::into_raw(Box::new(unsafe {
+        MaybeUninit::<verbs_mr>::zeroed().assume_init()
+    }));
     let mut cmd = ibv_reg_mr::default();
     let mut resp = ib_uverbs_reg_mr_resp::default();
     // SAFETY: valid PD and buffers of the sizes passed.
     let ret = unsafe {
-        ibv_cmd_reg_mr(pd, addr, len, hca_va, access, vmr, &mut cmd, size_of_val(&cmd), &mut resp, size_of_val(&resp))
+        ibv_cmd_reg_mr(
+            pd,
+            addr,
+            len,
+            hca_va,
+            access,
+            vmr,
+            &mut cmd,
+            size_of_val(&cmd),
+            &mut resp,
+            size_of_val(&resp),
+        )
     };
     if ret != 0 {
         // SAFETY: never published.

@@ -58,11 +58,35 @@ fn new_qp() -> *mut Qp {
 ///
 /// `qp` comes from [`new_qp`] and the kernel QP was created with `resp`; `fd` is the context's
 /// command fd.
-unsafe fn finish_create(qp: *mut Qp, fd: c_int, resp: &CreateQpRespFull, cap: &ibv_qp_cap) -> *mut ibv_qp {
+unsafe fn finish_create(
+    qp: *mut Qp,
+    fd: c_int,
+    resp: &CreateQpRespFull,
+    cap: &ibv_qp_cap,
+) -> *mut ibv_qp {
     let ibqp = qp.cast::<ibv_qp>();
     let d = &resp.drv;
-    let rings = MappedRing::map(fd, &d.sq, RingGeometry { log2_slots: d.sq_log2_slots, slot_size: d.sq_slot_size })
-        .and_then(|sq| Ok((sq, MappedRing::map(fd, &d.rq, RingGeometry { log2_slots: d.rq_log2_slots, slot_size: d.rq_slot_size })?)));
+    let rings = MappedRing::map(
+        fd,
+        &d.sq,
+        RingGeometry {
+            log2_slots: d.sq_log2_slots,
+            slot_size: d.sq_slot_size,
+        },
+    )
+    .and_then(|sq| {
+        Ok((
+            sq,
+            MappedRing::map(
+                fd,
+                &d.rq,
+                RingGeometry {
+                    log2_slots: d.rq_log2_slots,
+                    slot_size: d.rq_slot_size,
+                },
+            )?,
+        ))
+    });
     match rings {
         Ok((sq, rq)) => {
             // SAFETY: `qp` is ours until returned.
@@ -98,7 +122,17 @@ pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr)
     let mut cmd = ibv_create_qp::default();
     let mut resp = CreateQpRespFull::default();
     // SAFETY: valid PD, QP, attributes and buffers of the sizes passed.
-    let ret = unsafe { ibv_cmd_create_qp(pd, ibqp, attr, &mut cmd, size_of_val(&cmd), &mut resp.core, size_of_val(&resp)) };
+    let ret = unsafe {
+        ibv_cmd_create_qp(
+            pd,
+            ibqp,
+            attr,
+            &mut cmd,
+            size_of_val(&cmd),
+            &mut resp.core,
+            size_of_val(&resp),
+        )
+    };
     if ret != 0 {
         // SAFETY: never published.
         drop(unsafe { Box::from_raw(qp) });
@@ -115,7 +149,10 @@ pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr)
 /// # Safety
 ///
 /// libibverbs passes a context of ours and valid attributes.
-pub unsafe extern "C" fn create_qp_ex(ctx: *mut ibv_context, attr: *mut ibv_qp_init_attr_ex) -> *mut ibv_qp {
+pub unsafe extern "C" fn create_qp_ex(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
     // SAFETY: valid attributes.
     let a = unsafe { &*attr };
     let known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
@@ -129,7 +166,15 @@ pub unsafe extern "C" fn create_qp_ex(ctx: *mut ibv_context, attr: *mut ibv_qp_i
     let mut resp = CreateQpRespFull::default();
     // SAFETY: valid context, QP (a `verbs_qp` first), attributes and buffers of the sizes passed.
     let ret = unsafe {
-        ibv_cmd_create_qp_ex(ctx, &mut (*qp).verbs, attr, &mut cmd, size_of_val(&cmd), &mut resp.core, size_of_val(&resp))
+        ibv_cmd_create_qp_ex(
+            ctx,
+            &mut (*qp).verbs,
+            attr,
+            &mut cmd,
+            size_of_val(&cmd),
+            &mut resp.core,
+            size_of_val(&resp),
+        )
     };
     if ret != 0 {
         // SAFETY: never published.
@@ -155,12 +200,15 @@ pub unsafe extern "C" fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask
     // SAFETY: as documented; `cmd` is a local of the size passed.
     let ret = unsafe { ibv_cmd_modify_qp(qp, attr, mask, &mut cmd, size_of_val(&cmd)) };
     // SAFETY: `attr` is valid.
-    if ret == 0 && mask & IBV_QP_STATE as c_int != 0 && unsafe { (*attr).qp_state } == IBV_QPS_RESET {
+    if ret == 0 && mask & IBV_QP_STATE as c_int != 0 && unsafe { (*attr).qp_state } == IBV_QPS_RESET
+    {
         // Back to the creation state: the kernel zeroed its consumer indices, we ours.
         // SAFETY: every `ibv_qp` we hand out starts a `Qp`.
         let q = unsafe { &*qp.cast::<Qp>() };
         let _guard = q.rq_lock.lock().unwrap_or_else(|e| e.into_inner());
-        q.sq.iter().chain(q.rq.iter()).for_each(|ring| ring.set_producer(0));
+        q.sq.iter()
+            .chain(q.rq.iter())
+            .for_each(|ring| ring.set_producer(0));
     }
     ret
 }
@@ -170,7 +218,12 @@ pub unsafe extern "C" fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask
 /// # Safety
 ///
 /// `qp` is ours; `attr` and `init` valid.
-pub unsafe extern "C" fn query_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int, init: *mut ibv_qp_init_attr) -> c_int {
+pub unsafe extern "C" fn query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: c_int,
+    init: *mut ibv_qp_init_attr,
+) -> c_int {
     let mut cmd = ibv_query_qp::default();
     // SAFETY: as documented; `cmd` is a local of the size passed.
     unsafe { ibv_cmd_query_qp(qp, attr, mask, init, &mut cmd, size_of_val(&cmd)) }
@@ -198,10 +251,16 @@ pub unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
 /// # Safety
 ///
 /// `ibqp` is ours; `wr` is a valid list; `bad` a valid out-pointer.
-pub unsafe extern "C" fn post_recv(ibqp: *mut ibv_qp, mut wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> c_int {
+pub unsafe extern "C" fn post_recv(
+    ibqp: *mut ibv_qp,
+    mut wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
     // SAFETY: every `ibv_qp` we hand out starts a `Qp`.
     let qp = unsafe { &*ibqp.cast::<Qp>() };
-    let Some(rq) = &qp.rq else { return libc::EINVAL };
+    let Some(rq) = &qp.rq else {
+        return libc::EINVAL;
+    };
     // SAFETY: libibverbs keeps `state` current (ibv_modify_qp updates it).
     if unsafe { (*ibqp).state } == IBV_QPS_RESET {
         // SAFETY: valid out-pointer.
@@ -226,7 +285,11 @@ pub unsafe extern "C" fn post_recv(ibqp: *mut ibv_qp, mut wr: *mut ibv_recv_wr, 
             break;
         }
         let slot = rq.slot(producer);
-        let header = RecvWqe { wr_id: w.wr_id, num_sge: w.num_sge as u32, reserved: 0 };
+        let header = RecvWqe {
+            wr_id: w.wr_id,
+            num_sge: w.num_sge as u32,
+            reserved: 0,
+        };
         // SAFETY: the slot holds a `RecvWqe` and `max_recv_sge` SGEs (the kernel sized it so);
         // `ibv_sge` has `Sge`'s layout (tested) and `sg_list` has `num_sge` entries.
         unsafe {
@@ -244,7 +307,8 @@ pub unsafe extern "C" fn post_recv(ibqp: *mut ibv_qp, mut wr: *mut ibv_recv_wr, 
     if rq.flags_after_fence() & RING_FLAG_FLUSH != 0 {
         // The WQEs are posted either way; the doorbell only has them flushed sooner than the
         // next one would.
-        let _ = crate::send::ring_doorbell(ibqp, crate::send::Doorbell::Recv);
+        // SAFETY: `ibqp` is a live QP of ours (the post_recv contract).
+        let _ = unsafe { crate::send::ring_doorbell(ibqp, crate::send::Doorbell::Recv) };
     }
     if ret != 0 {
         // SAFETY: valid out-pointer.

@@ -1,7 +1,9 @@
 //! The user side of a ring the kernel allocated: mapped from the uverbs fd.
 
 use core::sync::atomic::{AtomicU32, Ordering};
-use rxe_rs_uapi::{MmapInfo, RingGeometry, RING_CONSUMER_OFFSET, RING_FLAGS_OFFSET, RING_PRODUCER_OFFSET};
+use rxe_rs_uapi::{
+    MmapInfo, RingGeometry, RING_CONSUMER_OFFSET, RING_FLAGS_OFFSET, RING_PRODUCER_OFFSET,
+};
 use std::io;
 
 /// A mapped ring; unmapped on drop.
@@ -20,7 +22,8 @@ impl MappedRing {
     /// Maps `info` of the command fd `cmd_fd`.
     pub fn map(cmd_fd: i32, info: &MmapInfo, geometry: RingGeometry) -> io::Result<Self> {
         let len = info.size as usize;
-        let needed = rxe_rs_uapi::RING_DATA_OFFSET + geometry.slots() as usize * geometry.slot_size as usize;
+        let needed =
+            rxe_rs_uapi::RING_DATA_OFFSET + geometry.slots() as usize * geometry.slot_size as usize;
         if len < needed || geometry.slot_size < 64 || !geometry.slot_size.is_power_of_two() {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
@@ -38,7 +41,11 @@ impl MappedRing {
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        Ok(Self { base: base.cast(), len, geometry })
+        Ok(Self {
+            base: base.cast(),
+            len,
+            geometry,
+        })
     }
 
     /// Its shape.
@@ -70,12 +77,14 @@ impl MappedRing {
 
     /// Publishes the producer index (release).
     pub fn set_producer(&self, value: u32) {
-        self.index(RING_PRODUCER_OFFSET).store(value, Ordering::Release)
+        self.index(RING_PRODUCER_OFFSET)
+            .store(value, Ordering::Release)
     }
 
     /// Publishes the consumer index (release).
     pub fn set_consumer(&self, value: u32) {
-        self.index(RING_CONSUMER_OFFSET).store(value, Ordering::Release)
+        self.index(RING_CONSUMER_OFFSET)
+            .store(value, Ordering::Release)
     }
 
     /// The slot of `index`.

@@ -22,7 +22,11 @@ pub struct SqLock(AtomicBool);
 
 impl SqLock {
     fn lock(&self) {
-        while self.0.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        while self
+            .0
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
             std::thread::yield_now();
         }
     }
@@ -74,7 +78,11 @@ pub enum Doorbell {
 
 /// The doorbell: tells the kernel a queue has new WQEs (`POST_SEND` or `POST_RECV` with no
 /// work requests: the WQEs are in the ring). Their commands share one layout.
-pub fn ring_doorbell(ibqp: *mut ibv_qp, which: Doorbell) -> c_int {
+///
+/// # Safety
+///
+/// `ibqp` is a live QP of this provider (its context's command fd is open).
+pub unsafe fn ring_doorbell(ibqp: *mut ibv_qp, which: Doorbell) -> c_int {
     #[repr(C)]
     struct Cmd {
         hdr: ib_uverbs_cmd_hdr,
@@ -107,7 +115,9 @@ pub fn ring_doorbell(ibqp: *mut ibv_qp, which: Doorbell) -> c_int {
     if n == size_of::<Cmd>() as isize {
         0
     } else {
-        std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO)
     }
 }
 
@@ -143,7 +153,12 @@ unsafe fn write_header(slot: *mut u8, wqe: &SendWqe) {
 ///
 /// `slot` is an SQ slot sized for `max_sge` SGEs and `max_inline` bytes; with `inline`, every
 /// SGE's `addr` is readable for `length` bytes (the ibverbs contract for inline sends).
-unsafe fn write_data(send: &SendQueue, slot: *mut u8, sges: &[Sge], inline: bool) -> Result<(u32, u32), c_int> {
+unsafe fn write_data(
+    send: &SendQueue,
+    slot: *mut u8,
+    sges: &[Sge],
+    inline: bool,
+) -> Result<(u32, u32), c_int> {
     // SAFETY: the slot starts with a `SendWqe`; its data area follows.
     let data = unsafe { slot.add(size_of::<SendWqe>()) };
     if inline {
@@ -155,7 +170,13 @@ unsafe fn write_data(send: &SendQueue, slot: *mut u8, sges: &[Sge], inline: bool
         for s in sges {
             // SAFETY: `at + length` stays within `max_inline` (checked above), which the slot
             // has room for; the caller guarantees each SGE's source is readable.
-            unsafe { core::ptr::copy_nonoverlapping(s.addr as usize as *const u8, data.add(at), s.length as usize) };
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    s.addr as usize as *const u8,
+                    data.add(at),
+                    s.length as usize,
+                )
+            };
             at += s.length as usize;
         }
         Ok((0, total as u32))
@@ -174,14 +195,20 @@ unsafe fn write_data(send: &SendQueue, slot: *mut u8, sges: &[Sge], inline: bool
 /// # Safety
 ///
 /// `ibqp` is ours; `wr` is a valid list; `bad` a valid out-pointer.
-pub unsafe extern "C" fn post_send(ibqp: *mut ibv_qp, mut wr: *mut ibv_send_wr, bad: *mut *mut ibv_send_wr) -> c_int {
+pub unsafe extern "C" fn post_send(
+    ibqp: *mut ibv_qp,
+    mut wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> c_int {
     let qp = qp_of(ibqp);
     if !can_post(ibqp) {
         // SAFETY: valid out-pointer.
         unsafe { *bad = wr };
         return libc::EINVAL;
     }
-    let Some(sq) = &qp.sq else { return libc::EINVAL };
+    let Some(sq) = &qp.sq else {
+        return libc::EINVAL;
+    };
     qp.send.lock.lock();
     let mut producer = sq.producer();
     let mut ret = 0;
@@ -194,7 +221,11 @@ pub unsafe extern "C" fn post_send(ibqp: *mut ibv_qp, mut wr: *mut ibv_send_wr, 
         };
         let supported = matches!(
             w.opcode,
-            IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM | IBV_WR_RDMA_READ
+            IBV_WR_SEND
+                | IBV_WR_SEND_WITH_IMM
+                | IBV_WR_RDMA_WRITE
+                | IBV_WR_RDMA_WRITE_WITH_IMM
+                | IBV_WR_RDMA_READ
         );
         if !supported || w.num_sge < 0 {
             ret = libc::EINVAL;
@@ -202,7 +233,8 @@ pub unsafe extern "C" fn post_send(ibqp: *mut ibv_qp, mut wr: *mut ibv_send_wr, 
         }
         let inline = w.send_flags & IBV_SEND_INLINE != 0;
         // SAFETY: `sg_list` has `num_sge` entries; `ibv_sge` is laid out as `Sge` (tested).
-        let sges = unsafe { core::slice::from_raw_parts(w.sg_list.cast::<Sge>(), w.num_sge as usize) };
+        let sges =
+            unsafe { core::slice::from_raw_parts(w.sg_list.cast::<Sge>(), w.num_sge as usize) };
         // SAFETY: a free slot of our SQ; inline sources are the caller's buffers.
         let (num_sge, inline_len) = match unsafe { write_data(&qp.send, slot, sges, inline) } {
             Ok(v) => v,
@@ -212,7 +244,13 @@ pub unsafe extern "C" fn post_send(ibqp: *mut ibv_qp, mut wr: *mut ibv_send_wr, 
             }
         };
         // SAFETY: the union members match the opcode (rdma and imm_data are plain data).
-        let (remote_addr, rkey, imm) = unsafe { (w.wr.rdma.remote_addr, w.wr.rdma.rkey, w.__bindgen_anon_1.imm_data) };
+        let (remote_addr, rkey, imm) = unsafe {
+            (
+                w.wr.rdma.remote_addr,
+                w.wr.rdma.rkey,
+                w.__bindgen_anon_1.imm_data,
+            )
+        };
         let wqe = SendWqe {
             wr_id: w.wr_id,
             opcode: w.opcode,
@@ -233,7 +271,8 @@ pub unsafe extern "C" fn post_send(ibqp: *mut ibv_qp, mut wr: *mut ibv_send_wr, 
     sq.set_producer(producer);
     qp.send.lock.unlock();
     if posted {
-        let e = ring_doorbell(ibqp, Doorbell::Send);
+        // SAFETY: `ibqp` is a live QP of ours (the post_send contract).
+        let e = unsafe { ring_doorbell(ibqp, Doorbell::Send) };
         if e != 0 && ret == 0 {
             ret = e;
         }
@@ -252,16 +291,24 @@ fn qp_of_ex<'a>(qpx: *mut ibv_qp_ex) -> &'a Qp {
     qp_of(qpx.cast::<ibv_qp>())
 }
 
-fn batch(qp: &Qp) -> &mut Batch {
-    // SAFETY: the `wr_*` calls run between `wr_start` and `wr_complete`/`wr_abort`, holding
-    // the SQ lock, from one thread (the ibverbs contract).
+/// The QP's open `wr_start` batch.
+///
+/// # Safety
+///
+/// Only from the `wr_*` calls, which run between `wr_start` and `wr_complete`/`wr_abort`
+/// holding the SQ lock, from one thread (the ibverbs contract): no other reference to the
+/// batch is alive.
+#[allow(clippy::mut_from_ref)] // the SQ lock, not the borrow, makes it exclusive
+unsafe fn batch(qp: &Qp) -> &mut Batch {
+    // SAFETY: exclusive by the caller's contract.
     unsafe { &mut *qp.send.batch.get() }
 }
 
 /// Starts a WQE with `opcode`: header from the QP's `wr_id`/`wr_flags`, data to follow.
 fn begin(qpx: *mut ibv_qp_ex, opcode: u32, rkey: u32, remote_addr: u64, imm: u32) {
     let qp = qp_of_ex(qpx);
-    let b = batch(qp);
+    // SAFETY: a `wr_*` call, under the SQ lock.
+    let b = unsafe { batch(qp) };
     if b.error != 0 {
         return;
     }
@@ -272,7 +319,15 @@ fn begin(qpx: *mut ibv_qp_ex, opcode: u32, rkey: u32, remote_addr: u64, imm: u32
     };
     // SAFETY: `qpx` is ours; plain fields the caller set.
     let (wr_id, flags) = unsafe { ((*qpx).wr_id, (*qpx).wr_flags) };
-    let wqe = SendWqe { wr_id, opcode, flags, imm_data: imm, remote_addr, rkey, ..Default::default() };
+    let wqe = SendWqe {
+        wr_id,
+        opcode,
+        flags,
+        imm_data: imm,
+        remote_addr,
+        rkey,
+        ..Default::default()
+    };
     // SAFETY: a free slot of our SQ.
     unsafe { write_header(slot, &wqe) };
     b.current = Some(b.next);
@@ -282,7 +337,8 @@ fn begin(qpx: *mut ibv_qp_ex, opcode: u32, rkey: u32, remote_addr: u64, imm: u32
 /// Fills the data of the current WQE.
 fn set_data(qpx: *mut ibv_qp_ex, sges: &[Sge], inline: bool) {
     let qp = qp_of_ex(qpx);
-    let b = batch(qp);
+    // SAFETY: a `wr_*` call, under the SQ lock.
+    let b = unsafe { batch(qp) };
     let (Some(index), Some(sq)) = (b.current, qp.sq.as_ref()) else {
         if b.error == 0 {
             b.error = libc::EINVAL;
@@ -312,12 +368,19 @@ unsafe extern "C" fn wr_start(qpx: *mut ibv_qp_ex) {
     let qp = qp_of_ex(qpx);
     qp.send.lock.lock();
     let producer = qp.sq.as_ref().map_or(0, |sq| sq.producer());
-    *batch(qp) = Batch { start: producer, next: producer, current: None, error: 0 };
+    // SAFETY: `wr_start` took the SQ lock just above.
+    *unsafe { batch(qp) } = Batch {
+        start: producer,
+        next: producer,
+        current: None,
+        error: 0,
+    };
 }
 
 unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
     let qp = qp_of_ex(qpx);
-    let b = batch(qp);
+    // SAFETY: a `wr_*` call, under the SQ lock.
+    let b = unsafe { batch(qp) };
     let (error, start, next) = (b.error, b.start, b.next);
     let Some(sq) = qp.sq.as_ref() else {
         qp.send.lock.unlock();
@@ -335,7 +398,8 @@ unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
     sq.set_producer(next);
     qp.send.lock.unlock();
     if next != start {
-        return ring_doorbell(qpx.cast(), Doorbell::Send);
+        // SAFETY: `qpx` is a live QP of ours (the wr_complete contract).
+        return unsafe { ring_doorbell(qpx.cast(), Doorbell::Send) };
     }
     0
 }
@@ -357,7 +421,13 @@ unsafe extern "C" fn wr_rdma_write(qpx: *mut ibv_qp_ex, rkey: u32, remote_addr: 
 }
 
 unsafe extern "C" fn wr_rdma_write_imm(qpx: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, imm: u32) {
-    begin(qpx, send_opcode::RDMA_WRITE_WITH_IMM, rkey, remote_addr, imm);
+    begin(
+        qpx,
+        send_opcode::RDMA_WRITE_WITH_IMM,
+        rkey,
+        remote_addr,
+        imm,
+    );
 }
 
 unsafe extern "C" fn wr_rdma_read(qpx: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
@@ -376,24 +446,52 @@ unsafe extern "C" fn wr_set_sge_list(qpx: *mut ibv_qp_ex, num_sge: usize, list: 
 
 unsafe extern "C" fn wr_set_inline_data(qpx: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
     let Ok(length) = u32::try_from(length) else {
-        return set_data(qpx, &[Sge { addr: 0, length: u32::MAX, lkey: 0 }], true);
+        return set_data(
+            qpx,
+            &[Sge {
+                addr: 0,
+                length: u32::MAX,
+                lkey: 0,
+            }],
+            true,
+        );
     };
-    set_data(qpx, &[Sge { addr: addr as u64, length, lkey: 0 }], true);
+    set_data(
+        qpx,
+        &[Sge {
+            addr: addr as u64,
+            length,
+            lkey: 0,
+        }],
+        true,
+    );
 }
 
-unsafe extern "C" fn wr_set_inline_data_list(qpx: *mut ibv_qp_ex, num_buf: usize, list: *const ibv_data_buf) {
+unsafe extern "C" fn wr_set_inline_data_list(
+    qpx: *mut ibv_qp_ex,
+    num_buf: usize,
+    list: *const ibv_data_buf,
+) {
     // SAFETY: the caller's list has `num_buf` entries.
     let bufs = unsafe { core::slice::from_raw_parts(list, num_buf) };
     let mut sges = Vec::with_capacity(num_buf);
     for b in bufs {
-        sges.push(Sge { addr: b.addr as u64, length: u32::try_from(b.length).unwrap_or(u32::MAX), lkey: 0 });
+        sges.push(Sge {
+            addr: b.addr as u64,
+            length: u32::try_from(b.length).unwrap_or(u32::MAX),
+            lkey: 0,
+        });
     }
     set_data(qpx, &sges, true);
 }
 
 /// The `ibv_qp_ex` operations we offer for `send_ops_flags`, or `None` if it asks for more.
 pub fn supported_send_ops(flags: u64) -> bool {
-    let ours = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ;
+    let ours = IBV_QP_EX_WITH_SEND
+        | IBV_QP_EX_WITH_SEND_WITH_IMM
+        | IBV_QP_EX_WITH_RDMA_WRITE
+        | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+        | IBV_QP_EX_WITH_RDMA_READ;
     flags & !u64::from(ours) == 0
 }
 

@@ -72,7 +72,12 @@ pub(crate) fn read_roce_av(ah: &bindings::rdma_ah_attr) -> Option<crate::proto::
 }
 
 /// Fills `ah` (of a query) with a RoCE path.
-pub(crate) fn write_roce_av(ah: &mut bindings::rdma_ah_attr, av: &crate::proto::av::AddressVector, sgid_index: u8, port: u32) {
+pub(crate) fn write_roce_av(
+    ah: &mut bindings::rdma_ah_attr,
+    av: &crate::proto::av::AddressVector,
+    sgid_index: u8,
+    port: u32,
+) {
     ah.type_ = bindings::rdma_ah_attr_type_RDMA_AH_ATTR_TYPE_ROCE;
     ah.ah_flags = bindings::ib_ah_flags_IB_AH_GRH as u8;
     ah.port_num = port;
@@ -128,7 +133,11 @@ impl<T: Driver> QpRef<T> {
         // `event_handler` (possibly NULL) and `qp_context` before the QP is used.
         unsafe {
             if let Some(handler) = (*qp).event_handler {
-                let mut ev = bindings::ib_event { device: (*qp).device, event, ..Default::default() };
+                let mut ev = bindings::ib_event {
+                    device: (*qp).device,
+                    event,
+                    ..Default::default()
+                };
                 ev.element.qp = qp;
                 handler(&mut ev, (*qp).qp_context);
             }
@@ -156,7 +165,11 @@ unsafe impl Sync for StatDesc {}
 impl StatDesc {
     /// A counter called `name`.
     pub(crate) const fn new(name: &'static CStr) -> Self {
-        Self(bindings::rdma_stat_desc { name: name.as_char_ptr(), flags: 0, priv_: core::ptr::null() })
+        Self(bindings::rdma_stat_desc {
+            name: name.as_char_ptr(),
+            flags: 0,
+            priv_: core::ptr::null(),
+        })
     }
 }
 
@@ -190,7 +203,8 @@ pub(crate) mod cq_notify {
     /// Mask of the two above.
     pub(crate) const SOLICITED_MASK: u32 = bindings::ib_cq_notify_flags_IB_CQ_SOLICITED_MASK;
     /// Report (return 1) if completions are already pending.
-    pub(crate) const REPORT_MISSED_EVENTS: u32 = bindings::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS;
+    pub(crate) const REPORT_MISSED_EVENTS: u32 =
+        bindings::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS;
 }
 
 /// The driver-specific attributes of an object being reported over netlink (`rdma resource
@@ -397,7 +411,10 @@ impl<T: Driver> Device<T> {
     /// it frees the device) and be used only while that object lives.
     pub(crate) unsafe fn link(&self) -> DeviceLink<T> {
         // INVARIANT: the caller keeps the link within the device's lifetime.
-        DeviceLink { ib: NonNull::from(&self.ib).cast(), _driver: PhantomData }
+        DeviceLink {
+            ib: NonNull::from(&self.ib).cast(),
+            _driver: PhantomData,
+        }
     }
 
     /// Tells the RDMA core (and so user space's async event queues) that `port` changed.
@@ -427,12 +444,19 @@ impl<T: Driver> Device<T> {
     pub(crate) fn eth_speed(&self, port: u32) -> Result<(u16, u8)> {
         let (mut speed, mut width) = (0u16, 0u8);
         // SAFETY: live device, valid out-pointers; may sleep (takes RTNL), as do our callers.
-        to_result(unsafe { bindings::ib_get_eth_speed(self.as_raw(), port, &mut speed, &mut width) })?;
+        to_result(unsafe {
+            bindings::ib_get_eth_speed(self.as_raw(), port, &mut speed, &mut width)
+        })?;
         Ok((speed, width))
     }
 
     /// Pins `[addr, addr + len)` of the calling process for an MR with `access`.
-    pub(crate) fn pin_user_memory(&self, addr: u64, len: u64, access: i32) -> Result<super::umem::PinnedUserMemory> {
+    pub(crate) fn pin_user_memory(
+        &self,
+        addr: u64,
+        len: u64,
+        access: i32,
+    ) -> Result<super::umem::PinnedUserMemory> {
         super::umem::PinnedUserMemory::pin(self.as_raw(), addr, len, access)
     }
 
@@ -441,7 +465,10 @@ impl<T: Driver> Device<T> {
         // SAFETY: `ndev` is valid; the core returns a referenced device or NULL.
         let ib = unsafe { bindings::ib_device_get_by_netdev(ndev.as_raw(), T::DRIVER_ID) };
         // INVARIANT: only `T`'s devices carry `T::DRIVER_ID`, and the core took a reference.
-        NonNull::new(ib).map(|ib| DeviceRef { ib, _driver: PhantomData })
+        NonNull::new(ib).map(|ib| DeviceRef {
+            ib,
+            _driver: PhantomData,
+        })
     }
 }
 
@@ -456,7 +483,12 @@ impl<T: Driver> Deref for Device<T> {
 /// Whether any RDMA device (of any driver) is called `name`.
 pub(crate) fn name_in_use(name: &CStr) -> bool {
     // SAFETY: `name` is NUL-terminated; RDMA_DRIVER_UNKNOWN matches every driver.
-    let ib = unsafe { bindings::ib_device_get_by_name(name.as_char_ptr(), bindings::rdma_driver_id_RDMA_DRIVER_UNKNOWN) };
+    let ib = unsafe {
+        bindings::ib_device_get_by_name(
+            name.as_char_ptr(),
+            bindings::rdma_driver_id_RDMA_DRIVER_UNKNOWN,
+        )
+    };
     if ib.is_null() {
         return false;
     }
@@ -550,11 +582,13 @@ impl<T: Driver> NewDevice<T> {
     /// Allocates a one-port RoCE device carrying `data`.
     pub(crate) fn new(data: impl PinInit<T, Error>, config: &DeviceConfig<'_>) -> Result<Self> {
         // SAFETY: a plain allocation; `Device<T>` starts with the `ib_device`.
-        let ib = unsafe { bindings::rxe_rs_helper_ib_alloc_device(core::mem::size_of::<Device<T>>()) };
+        let ib =
+            unsafe { bindings::rxe_rs_helper_ib_alloc_device(core::mem::size_of::<Device<T>>()) };
         let dev = NonNull::new(ib.cast::<Device<T>>()).ok_or(ENOMEM)?;
         let ops = Adapter::<T>::ops(config.owner);
         // SAFETY: `dev` is a fresh, zeroed `Device<T>` allocation that we own and never move.
-        if let Err(e) = unsafe { data.__pinned_init(core::ptr::addr_of_mut!((*dev.as_ptr()).data)) } {
+        if let Err(e) = unsafe { data.__pinned_init(core::ptr::addr_of_mut!((*dev.as_ptr()).data)) }
+        {
             // SAFETY: no ops installed yet, so this only frees the allocation.
             unsafe { bindings::ib_dealloc_device(ib) };
             return Err(e);
@@ -593,7 +627,8 @@ impl<T: Driver> NewDevice<T> {
     pub(crate) fn enable_legacy_commands(&mut self) {
         // SAFETY: unregistered device we own.
         unsafe {
-            (*self.raw()).uverbs_cmd_mask |= (1u64 << bindings::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_REQ_NOTIFY_CQ)
+            (*self.raw()).uverbs_cmd_mask |= (1u64
+                << bindings::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_REQ_NOTIFY_CQ)
                 | (1u64 << bindings::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POST_SEND)
                 | (1u64 << bindings::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POST_RECV);
         }
@@ -605,7 +640,8 @@ impl<T: Driver> NewDevice<T> {
         let this = ManuallyDrop::new(self);
         let ib = this.raw();
         // SAFETY: fully set-up device we own; NULL means no DMA device (software device).
-        let ret = unsafe { bindings::ib_register_device(ib, name.as_char_ptr(), core::ptr::null_mut()) };
+        let ret =
+            unsafe { bindings::ib_register_device(ib, name.as_char_ptr(), core::ptr::null_mut()) };
         if let Err(e) = to_result(ret) {
             // On failure the caller still owns the device and must free it.
             drop(ManuallyDrop::into_inner(this));
@@ -614,7 +650,10 @@ impl<T: Driver> NewDevice<T> {
         // SAFETY: a registered device; this reference is dropped by the `DeviceRef`. The device
         // may be unregistered concurrently (rdma link delete), which this reference survives.
         unsafe { bindings::rxe_rs_helper_ib_device_try_get(ib) }
-            .then(|| DeviceRef { ib: NonNull::new(ib).unwrap(), _driver: PhantomData })
+            .then(|| DeviceRef {
+                ib: NonNull::new(ib).unwrap(),
+                _driver: PhantomData,
+            })
             .ok_or(ENODEV)
     }
 }
@@ -657,7 +696,11 @@ impl<T: Driver> Adapter<T> {
             create_qp: Some(Self::create_qp),
             modify_qp: Some(Self::modify_qp),
             query_qp: Some(Self::query_qp),
-            fill_res_qp_entry: if T::HAS_FILL_RES_QP_ENTRY { Some(Self::fill_res_qp_entry) } else { None },
+            fill_res_qp_entry: if T::HAS_FILL_RES_QP_ENTRY {
+                Some(Self::fill_res_qp_entry)
+            } else {
+                None
+            },
             destroy_qp: Some(Self::destroy_qp),
             post_send: Some(Self::post_send),
             post_recv: Some(Self::post_recv),
@@ -742,7 +785,10 @@ impl<T: Driver> Adapter<T> {
     /// The RDMA core calls it as `ib_device_ops.get_link_layer` says: only for devices made by
     /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
     /// pointers.
-    unsafe extern "C" fn get_link_layer(_ib: *mut bindings::ib_device, _port: u32) -> bindings::rdma_link_layer {
+    unsafe extern "C" fn get_link_layer(
+        _ib: *mut bindings::ib_device,
+        _port: u32,
+    ) -> bindings::rdma_link_layer {
         bindings::rdma_link_layer_IB_LINK_LAYER_ETHERNET
     }
 
@@ -824,7 +870,10 @@ impl<T: Driver> Adapter<T> {
     /// The RDMA core calls it as `ib_device_ops.alloc_hw_port_stats` says: only for devices made by
     /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
     /// pointers.
-    unsafe extern "C" fn alloc_hw_port_stats(_ib: *mut bindings::ib_device, _port: u32) -> *mut bindings::rdma_hw_stats {
+    unsafe extern "C" fn alloc_hw_port_stats(
+        _ib: *mut bindings::ib_device,
+        _port: u32,
+    ) -> *mut bindings::rdma_hw_stats {
         let descs = T::PORT_COUNTERS;
         // SAFETY: `descs` is a 'static array of `rdma_stat_desc` (transparent wrappers); the
         // core frees the returned struct.
@@ -867,7 +916,10 @@ impl<T: Driver> Adapter<T> {
     /// The RDMA core calls it as `ib_device_ops.alloc_pd` says: only for devices made by
     /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
     /// pointers.
-    unsafe extern "C" fn alloc_pd(pd: *mut bindings::ib_pd, udata: *mut bindings::ib_udata) -> kernel::ffi::c_int {
+    unsafe extern "C" fn alloc_pd(
+        pd: *mut bindings::ib_pd,
+        udata: *mut bindings::ib_udata,
+    ) -> kernel::ffi::c_int {
         from_result(|| {
             // SAFETY: the core hands a fresh PD allocation of `size_ib_pd` on one of our
             // devices, and the verb's udata.
@@ -887,7 +939,10 @@ impl<T: Driver> Adapter<T> {
     /// The RDMA core calls it as `ib_device_ops.dealloc_pd` says: only for devices made by
     /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
     /// pointers.
-    unsafe extern "C" fn dealloc_pd(pd: *mut bindings::ib_pd, _udata: *mut bindings::ib_udata) -> kernel::ffi::c_int {
+    unsafe extern "C" fn dealloc_pd(
+        pd: *mut bindings::ib_pd,
+        _udata: *mut bindings::ib_udata,
+    ) -> kernel::ffi::c_int {
         // SAFETY: the core destroys a PD we initialised; nothing uses it afterwards.
         unsafe {
             T::dealloc_pd(Self::dev((*pd).device), Pd::<T>::from_raw(pd));
@@ -929,7 +984,11 @@ impl<T: Driver> Adapter<T> {
     /// The RDMA core calls it as `ib_device_ops.resize_cq` says: only for devices made by
     /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
     /// pointers.
-    unsafe extern "C" fn resize_cq(cq: *mut bindings::ib_cq, cqe: kernel::ffi::c_int, udata: *mut bindings::ib_udata) -> kernel::ffi::c_int {
+    unsafe extern "C" fn resize_cq(
+        cq: *mut bindings::ib_cq,
+        cqe: kernel::ffi::c_int,
+        udata: *mut bindings::ib_udata,
+    ) -> kernel::ffi::c_int {
         from_result(|| {
             let cqe = u32::try_from(cqe).map_err(|_| EINVAL)?;
             // SAFETY: a live CQ of ours; `udata` is the verb's driver udata (NULL for kernel
@@ -950,7 +1009,10 @@ impl<T: Driver> Adapter<T> {
     /// The RDMA core calls it as `ib_device_ops.destroy_cq` says: only for devices made by
     /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
     /// pointers.
-    unsafe extern "C" fn destroy_cq(cq: *mut bindings::ib_cq, _udata: *mut bindings::ib_udata) -> kernel::ffi::c_int {
+    unsafe extern "C" fn destroy_cq(
+        cq: *mut bindings::ib_cq,
+        _udata: *mut bindings::ib_udata,
+    ) -> kernel::ffi::c_int {
         // SAFETY: the core destroys a CQ we initialised; no QP uses it any more (usecnt).
         unsafe {
             T::destroy_cq(Self::dev((*cq).device), Cq::<T>::from_raw(cq));
@@ -1039,7 +1101,10 @@ impl<T: Driver> Adapter<T> {
     ///
     /// The RDMA core calls it as `ib_device_ops.fill_res_qp_entry` says: only for devices made
     /// by [`NewDevice`], with a live QP and the netlink message it is building.
-    unsafe extern "C" fn fill_res_qp_entry(msg: *mut bindings::sk_buff, qp: *mut bindings::ib_qp) -> kernel::ffi::c_int {
+    unsafe extern "C" fn fill_res_qp_entry(
+        msg: *mut bindings::sk_buff,
+        qp: *mut bindings::ib_qp,
+    ) -> kernel::ffi::c_int {
         from_result(|| {
             // The attributes go in the driver's nest of the message (`rdma ... -dd` shows it).
             // SAFETY: the message the core is building.
@@ -1047,7 +1112,10 @@ impl<T: Driver> Adapter<T> {
             if nest.is_null() {
                 return Err(super::errno::emsgsize());
             }
-            let mut out = DriverAttrs { msg, _msg: PhantomData };
+            let mut out = DriverAttrs {
+                msg,
+                _msg: PhantomData,
+            };
             // SAFETY: a live QP of ours.
             let filled = T::fill_res_qp_entry(unsafe { Qp::<T>::from_raw(qp) }, &mut out);
             // SAFETY: `nest` was opened in `msg` above and nothing else closed it.
@@ -1070,7 +1138,10 @@ impl<T: Driver> Adapter<T> {
     /// The RDMA core calls it as `ib_device_ops.destroy_qp` says: only for devices made by
     /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
     /// pointers.
-    unsafe extern "C" fn destroy_qp(qp: *mut bindings::ib_qp, _udata: *mut bindings::ib_udata) -> kernel::ffi::c_int {
+    unsafe extern "C" fn destroy_qp(
+        qp: *mut bindings::ib_qp,
+        _udata: *mut bindings::ib_udata,
+    ) -> kernel::ffi::c_int {
         // SAFETY: the core destroys a QP we initialised. After `T::destroy_qp` took it out of
         // reach of new packets, `synchronize_rcu` waits for receive softirqs still using it
         // (and its `CqRef`s); then nothing uses it.
@@ -1150,8 +1221,18 @@ impl<T: Driver> Adapter<T> {
     }
 
     /// Fills the driver-owned `ib_mr` around `data` in `slot` and its keys.
-    fn new_mr(slot: KBox<core::mem::MaybeUninit<Mr<T>>>, data: T::Mr, key: u32) -> *mut bindings::ib_mr {
-        let mr = KBox::write(slot, Mr::<T> { ib: Opaque::new(Default::default()), data });
+    fn new_mr(
+        slot: KBox<core::mem::MaybeUninit<Mr<T>>>,
+        data: T::Mr,
+        key: u32,
+    ) -> *mut bindings::ib_mr {
+        let mr = KBox::write(
+            slot,
+            Mr::<T> {
+                ib: Opaque::new(Default::default()),
+                data,
+            },
+        );
         let raw = KBox::into_raw(mr).cast::<bindings::ib_mr>();
         // SAFETY: a fresh allocation; the core fills the rest after we return.
         unsafe {
@@ -1179,7 +1260,15 @@ impl<T: Driver> Adapter<T> {
         Self::mr_result(|| {
             // SAFETY: a live PD of ours and the verb's udata.
             unsafe {
-                T::reg_user_mr(Self::dev((*pd).device), Pd::<T>::from_raw(pd), start, len, iova, access, &Udata::from_raw(udata))
+                T::reg_user_mr(
+                    Self::dev((*pd).device),
+                    Pd::<T>::from_raw(pd),
+                    start,
+                    len,
+                    iova,
+                    access,
+                    &Udata::from_raw(udata),
+                )
             }
         })
     }
@@ -1191,9 +1280,14 @@ impl<T: Driver> Adapter<T> {
     /// The RDMA core calls it as `ib_device_ops.get_dma_mr` says: only for devices made by
     /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
     /// pointers.
-    unsafe extern "C" fn get_dma_mr(pd: *mut bindings::ib_pd, access: kernel::ffi::c_int) -> *mut bindings::ib_mr {
+    unsafe extern "C" fn get_dma_mr(
+        pd: *mut bindings::ib_pd,
+        access: kernel::ffi::c_int,
+    ) -> *mut bindings::ib_mr {
         // SAFETY: a live PD of ours.
-        Self::mr_result(|| unsafe { T::get_dma_mr(Self::dev((*pd).device), Pd::<T>::from_raw(pd), access) })
+        Self::mr_result(|| unsafe {
+            T::get_dma_mr(Self::dev((*pd).device), Pd::<T>::from_raw(pd), access)
+        })
     }
 
     /// `ib_device_ops.dereg_mr`.
@@ -1203,7 +1297,10 @@ impl<T: Driver> Adapter<T> {
     /// The RDMA core calls it as `ib_device_ops.dereg_mr` says: only for devices made by
     /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
     /// pointers.
-    unsafe extern "C" fn dereg_mr(mr: *mut bindings::ib_mr, _udata: *mut bindings::ib_udata) -> kernel::ffi::c_int {
+    unsafe extern "C" fn dereg_mr(
+        mr: *mut bindings::ib_mr,
+        _udata: *mut bindings::ib_udata,
+    ) -> kernel::ffi::c_int {
         // SAFETY: an MR made by `new_mr`, whose device the core set.
         if let Err(e) = unsafe { T::dereg_mr(Self::dev((*mr).device), Mr::<T>::from_raw(mr)) } {
             return e.to_errno();
@@ -1220,7 +1317,10 @@ impl<T: Driver> Adapter<T> {
     /// The RDMA core calls it as `ib_device_ops.req_notify_cq` says: only for devices made by
     /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
     /// pointers.
-    unsafe extern "C" fn req_notify_cq(cq: *mut bindings::ib_cq, flags: bindings::ib_cq_notify_flags) -> kernel::ffi::c_int {
+    unsafe extern "C" fn req_notify_cq(
+        cq: *mut bindings::ib_cq,
+        flags: bindings::ib_cq_notify_flags,
+    ) -> kernel::ffi::c_int {
         // SAFETY: a live CQ of ours.
         match T::req_notify_cq(unsafe { Cq::<T>::from_raw(cq) }, flags) {
             Ok(n) => n,
@@ -1238,6 +1338,8 @@ impl<T: Driver> Adapter<T> {
     unsafe extern "C" fn dealloc_driver(ib: *mut bindings::ib_device) {
         // SAFETY: the core's last callback for this device: drop `T` in place, exactly once
         // (the invariant of `Device` ends here; the core frees the memory afterwards).
-        unsafe { core::ptr::drop_in_place(core::ptr::addr_of_mut!((*ib.cast::<Device<T>>()).data)) };
+        unsafe {
+            core::ptr::drop_in_place(core::ptr::addr_of_mut!((*ib.cast::<Device<T>>()).data))
+        };
     }
 }

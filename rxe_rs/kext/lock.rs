@@ -29,7 +29,11 @@ unsafe impl Backend for SpinLockBhBackend {
     type State = bindings::spinlock_t;
     type GuardState = ();
 
-    unsafe fn init(ptr: *mut Self::State, name: *const kernel::ffi::c_char, key: *mut bindings::lock_class_key) {
+    unsafe fn init(
+        ptr: *mut Self::State,
+        name: *const kernel::ffi::c_char,
+        key: *mut bindings::lock_class_key,
+    ) {
         // SAFETY: the caller passes writable memory and a name and key valid forever.
         unsafe { bindings::__spin_lock_init(ptr, name, key) }
     }

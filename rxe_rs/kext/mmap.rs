@@ -51,7 +51,14 @@ impl UserBuffer {
         // SAFETY: plain allocation of zeroed memory, charged to the caller's memory cgroup.
         let buf = unsafe { bindings::rxe_rs_helper_vzalloc_account(len as _) };
         let base = NonNull::new(buf.cast::<u8>()).ok_or(ENOMEM)?;
-        let entry = match KBox::new(MmapEntry { rdma: Default::default(), buf, len }, GFP_KERNEL_ACCOUNT) {
+        let entry = match KBox::new(
+            MmapEntry {
+                rdma: Default::default(),
+                buf,
+                len,
+            },
+            GFP_KERNEL_ACCOUNT,
+        ) {
             Ok(e) => KBox::into_raw(e),
             Err(e) => {
                 // SAFETY: allocated above, never shared.
@@ -60,7 +67,8 @@ impl UserBuffer {
             }
         };
         // SAFETY: `entry` is a valid, unshared allocation; `ctx` is the caller's live context.
-        let ret = unsafe { bindings::rdma_user_mmap_entry_insert(ctx.raw, &raw mut (*entry).rdma, len) };
+        let ret =
+            unsafe { bindings::rdma_user_mmap_entry_insert(ctx.raw, &raw mut (*entry).rdma, len) };
         if ret != 0 {
             // SAFETY: not inserted: both allocations are still ours alone.
             unsafe {
@@ -70,7 +78,11 @@ impl UserBuffer {
             return Err(Error::from_errno(ret));
         }
         // INVARIANT: inserted, and it owns `buf`.
-        Ok(Self { entry: NonNull::new(entry).unwrap(), base, len })
+        Ok(Self {
+            entry: NonNull::new(entry).unwrap(),
+            base,
+            len,
+        })
     }
 
     /// The offset to pass to `mmap(2)`.
@@ -114,7 +126,12 @@ pub(super) unsafe extern "C" fn mmap(
         return EINVAL.to_errno();
     }
     // SAFETY: all our entries are `MmapEntry`s (first field), and the reference keeps it alive.
-    let (buf, len) = unsafe { ((*entry.cast::<MmapEntry>()).buf, (*entry.cast::<MmapEntry>()).len) };
+    let (buf, len) = unsafe {
+        (
+            (*entry.cast::<MmapEntry>()).buf,
+            (*entry.cast::<MmapEntry>()).len,
+        )
+    };
     // SAFETY: the VMA is the caller's, its mmap lock held for writing; `buf` holds `len` bytes,
     // which is the VMA's size (`rdma_user_mmap_entry_get` checked it).
     let ret = unsafe { insert_pages(vma, buf.cast::<u8>(), len) };
@@ -130,7 +147,11 @@ pub(super) unsafe extern "C" fn mmap(
 ///
 /// `vma` is live with its mmap lock held for writing and spans exactly `len` bytes; `buf` is
 /// a vmalloc allocation of at least `len` bytes.
-unsafe fn insert_pages(vma: *mut bindings::vm_area_struct, buf: *mut u8, len: usize) -> kernel::ffi::c_int {
+unsafe fn insert_pages(
+    vma: *mut bindings::vm_area_struct,
+    buf: *mut u8,
+    len: usize,
+) -> kernel::ffi::c_int {
     // SAFETY: per the caller, the VMA is live and its mmap lock held for writing.
     let start = unsafe {
         bindings::rxe_rs_helper_vma_set_ring_flags(vma);
@@ -222,12 +243,20 @@ impl SharedRing {
     }
 
     fn slot_ptr(&self, index: u32, offset: usize, len: usize) -> Result<*mut u8> {
-        if offset.checked_add(len).map_or(true, |end| end > self.geometry.slot_size as usize) {
+        if offset
+            .checked_add(len)
+            .map_or(true, |end| end > self.geometry.slot_size as usize)
+        {
             return Err(EINVAL);
         }
         // SAFETY: `slot_offset` is within the buffer for any index, and `offset + len` within
         // the slot (checked above).
-        Ok(unsafe { self.buf.base.as_ptr().add(self.geometry.slot_offset(index) + offset) })
+        Ok(unsafe {
+            self.buf
+                .base
+                .as_ptr()
+                .add(self.geometry.slot_offset(index) + offset)
+        })
     }
 
     /// Copies `out.len()` bytes at `offset` of slot `index` out of the ring.
@@ -251,7 +280,11 @@ impl SharedRing {
         let dst = self.slot_ptr(index, 0, core::mem::size_of::<T>())?;
         // SAFETY: in bounds; `T: AsBytes` is plain initialised bytes.
         unsafe {
-            core::ptr::copy_nonoverlapping((value as *const T).cast::<u8>(), dst, core::mem::size_of::<T>())
+            core::ptr::copy_nonoverlapping(
+                (value as *const T).cast::<u8>(),
+                dst,
+                core::mem::size_of::<T>(),
+            )
         };
         Ok(())
     }

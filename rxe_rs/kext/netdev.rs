@@ -80,7 +80,8 @@ impl NetDevice {
     /// A loopback device (`lo`).
     pub(crate) fn is_loopback(&self) -> bool {
         // SAFETY: valid device; `flags` changes under RTNL, a racy read of one bit is fine here.
-        let flags = unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*self.as_raw()).flags)) };
+        let flags =
+            unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*self.as_raw()).flags)) };
         flags & bindings::net_device_flags_IFF_LOOPBACK != 0
     }
 
@@ -207,7 +208,8 @@ impl<T: NetdevNotifier> NotifierRegistration<T> {
         if let Some(event) = NetdevEvent::from_raw(event as u64) {
             // SAFETY: netdevice notifiers are called with a `netdev_notifier_info` for a device
             // that stays valid for the duration of the call.
-            let ndev = unsafe { NetDevice::from_raw(bindings::rxe_rs_helper_notifier_info_to_dev(info)) };
+            let ndev =
+                unsafe { NetDevice::from_raw(bindings::rxe_rs_helper_notifier_info_to_dev(info)) };
             T::event(event, ndev);
         }
         bindings::NOTIFY_DONE as kernel::ffi::c_int

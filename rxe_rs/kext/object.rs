@@ -83,7 +83,10 @@ impl Udata<'_> {
     ///
     /// `raw` is NULL or the valid udata of the running verb.
     pub(super) unsafe fn from_raw(raw: *mut bindings::ib_udata) -> Self {
-        Self { raw, _life: PhantomData }
+        Self {
+            raw,
+            _life: PhantomData,
+        }
     }
 
     #[expect(dead_code, reason = "QP creation uses it")]
@@ -110,7 +113,8 @@ impl Udata<'_> {
             // SAFETY: valid udata; `inbuf` is a user pointer to `inlen` bytes.
             let ptr = unsafe { (*self.raw).inbuf } as usize;
             // SAFETY: `T: FromBytes`, so any bytes we write into it form a valid value.
-            let bytes = unsafe { core::slice::from_raw_parts_mut((&mut value as *mut T).cast::<u8>(), n) };
+            let bytes =
+                unsafe { core::slice::from_raw_parts_mut((&mut value as *mut T).cast::<u8>(), n) };
             UserSlice::new(ptr, n).reader().read_slice(bytes)?;
         }
         Ok(value)
@@ -134,7 +138,10 @@ impl Udata<'_> {
     pub(crate) fn ucontext(&self) -> Option<UContext<'_>> {
         // SAFETY: valid udata of a user verb, embedded in its attribute bundle.
         let ctx = unsafe { bindings::rxe_rs_helper_udata_to_ucontext(self.raw) };
-        (!ctx.is_null()).then_some(UContext { raw: ctx, _life: PhantomData })
+        (!ctx.is_null()).then_some(UContext {
+            raw: ctx,
+            _life: PhantomData,
+        })
     }
 }
 

@@ -43,7 +43,10 @@ impl SkBuff {
             if before < 0 {
                 return Err(EINVAL);
             }
-            Ok(core::slice::from_raw_parts(start, before as usize + (*skb).len as usize))
+            Ok(core::slice::from_raw_parts(
+                start,
+                before as usize + (*skb).len as usize,
+            ))
         }
     }
 }

@@ -42,10 +42,13 @@ impl<T: TimerOwner> Timer<T> {
     /// (Re)arms `owner`'s timer to expire in `ns` nanoseconds. No-op after `shutdown`.
     pub(crate) fn arm(owner: &T, ns: u64) {
         let timer = owner.timer();
-        timer.owner.store(owner as *const T as *mut T, Ordering::Release);
+        timer
+            .owner
+            .store(owner as *const T as *mut T, Ordering::Release);
         // SAFETY: an initialised timer; plain function calls.
         unsafe {
-            let expires = bindings::rxe_rs_helper_jiffies().wrapping_add(bindings::nsecs_to_jiffies(ns).max(1));
+            let expires = bindings::rxe_rs_helper_jiffies()
+                .wrapping_add(bindings::nsecs_to_jiffies(ns).max(1));
             bindings::mod_timer(timer.raw.get(), expires);
         }
     }

@@ -23,12 +23,17 @@ impl<T: EncapReceiver> UdpTunnel<T> {
     pub(crate) fn bind(ipv6: bool, port: u16) -> Result<Self> {
         let mut sock: *mut bindings::socket = core::ptr::null_mut();
         // SAFETY: `sock` is a valid out-pointer; the helper creates the socket in `init_net`.
-        to_result(unsafe { bindings::rxe_rs_helper_udp_sock_create(ipv6, port.to_be(), &mut sock) })?;
+        to_result(unsafe {
+            bindings::rxe_rs_helper_udp_sock_create(ipv6, port.to_be(), &mut sock)
+        })?;
         let sock = NonNull::new(sock).ok_or(EINVAL)?;
         // SAFETY: `sock` was just created and is not yet receiving; `encap_recv` matches the
         // encap_rcv signature and lives as long as the module.
         unsafe { bindings::rxe_rs_helper_setup_udp_tunnel(sock.as_ptr(), Some(Self::encap_recv)) };
-        Ok(Self { sock, _receiver: PhantomData })
+        Ok(Self {
+            sock,
+            _receiver: PhantomData,
+        })
     }
 
     /// `encap_recv` callback.
@@ -61,4 +66,3 @@ impl<T: EncapReceiver> Drop for UdpTunnel<T> {
 unsafe impl<T: EncapReceiver> Send for UdpTunnel<T> {}
 // SAFETY: no `&self` methods touch the socket.
 unsafe impl<T: EncapReceiver> Sync for UdpTunnel<T> {}
-

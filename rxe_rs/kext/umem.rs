@@ -25,24 +25,37 @@ pub(crate) struct PinnedUserMemory {
 impl PinnedUserMemory {
     /// Pins `[addr, addr + len)` of the calling process (with write access when
     /// `access` has IB_ACCESS_LOCAL_WRITE or remote write).
-    pub(crate) fn pin(dev: *mut bindings::ib_device, addr: u64, len: u64, access: i32) -> Result<Self> {
+    pub(crate) fn pin(
+        dev: *mut bindings::ib_device,
+        addr: u64,
+        len: u64,
+        access: i32,
+    ) -> Result<Self> {
         // SAFETY: called from a verb of the process whose memory it is; the core validates the
         // range and accounts the pinned pages.
-        let umem = from_err_ptr(unsafe { bindings::ib_umem_get(dev, addr as _, len as _, access) })?;
+        let umem =
+            from_err_ptr(unsafe { bindings::ib_umem_get(dev, addr as _, len as _, access) })?;
         let umem = NonNull::new(umem).ok_or(ENOMEM)?;
-        let mut this = Self { umem, pages: KVVec::new(), offset: (addr as usize) % PAGE_SIZE, len: len as usize };
+        let mut this = Self {
+            umem,
+            pages: KVVec::new(),
+            offset: (addr as usize) % PAGE_SIZE,
+            len: len as usize,
+        };
         let needed = (this.offset + this.len).div_ceil(PAGE_SIZE);
         this.pages.reserve(needed, super::gfp_user_sized())?;
         let mut raw = KVVec::<*mut bindings::page>::with_capacity(needed, super::gfp_user_sized())?;
         // SAFETY: `raw` has room for `needed` entries and the helper writes at most that many.
-        let n = unsafe { bindings::rxe_rs_helper_umem_pages(umem.as_ptr(), raw.as_mut_ptr(), needed) };
+        let n =
+            unsafe { bindings::rxe_rs_helper_umem_pages(umem.as_ptr(), raw.as_mut_ptr(), needed) };
         if n != needed {
             return Err(EFAULT);
         }
         // SAFETY: the helper initialised `n` entries.
         unsafe { raw.set_len(n) };
         for page in raw.iter() {
-            this.pages.push(NonNull::new(*page).ok_or(EFAULT)?, super::gfp_user_sized())?;
+            this.pages
+                .push(NonNull::new(*page).ok_or(EFAULT)?, super::gfp_user_sized())?;
         }
         Ok(this)
     }
@@ -60,7 +73,15 @@ impl PinnedUserMemory {
             let page = self.pages[pos / PAGE_SIZE];
             // SAFETY: the page is pinned (type invariant); `in_page + n` stays in the page and
             // `buf + done` has `n` bytes (caller's slice, bounds checked above).
-            unsafe { bindings::rxe_rs_helper_page_copy(page.as_ptr(), in_page, buf.add(done).cast(), n, to_pages) };
+            unsafe {
+                bindings::rxe_rs_helper_page_copy(
+                    page.as_ptr(),
+                    in_page,
+                    buf.add(done).cast(),
+                    n,
+                    to_pages,
+                )
+            };
             pos += n;
             done += n;
         }

@@ -21,12 +21,19 @@ impl Route {
         // helper reads (checked by the match); the helper returns a held dst or NULL.
         let raw = unsafe {
             match (src.len(), dst.len()) {
-                (4, 4) => bindings::rxe_rs_helper_route_v4(ndev.as_raw(), src.as_ptr(), dst.as_ptr()),
-                (16, 16) => bindings::rxe_rs_helper_route_v6(ndev.as_raw(), src.as_ptr(), dst.as_ptr()),
+                (4, 4) => {
+                    bindings::rxe_rs_helper_route_v4(ndev.as_raw(), src.as_ptr(), dst.as_ptr())
+                }
+                (16, 16) => {
+                    bindings::rxe_rs_helper_route_v6(ndev.as_raw(), src.as_ptr(), dst.as_ptr())
+                }
                 _ => return None,
             }
         };
-        Some(Self { dst: NonNull::new(raw)?, ipv6: src.len() == 16 })
+        Some(Self {
+            dst: NonNull::new(raw)?,
+            ipv6: src.len() == 16,
+        })
     }
 }
 
@@ -34,7 +41,10 @@ impl Clone for Route {
     fn clone(&self) -> Self {
         // SAFETY: we hold a reference, so the dst is alive; the new one is the clone's.
         unsafe { bindings::rxe_rs_helper_dst_hold(self.dst.as_ptr()) };
-        Self { dst: self.dst, ipv6: self.ipv6 }
+        Self {
+            dst: self.dst,
+            ipv6: self.ipv6,
+        }
     }
 }
 
@@ -57,7 +67,9 @@ impl TxDatagram {
         let len32 = u32::try_from(len).map_err(|_| EINVAL)?;
         // SAFETY: live netdev; the helper allocates with GFP_ATOMIC (callable in softirq and
         // under spinlocks) and returns an skb with `len` bytes put, or NULL.
-        let skb = NonNull::new(unsafe { bindings::rxe_rs_helper_alloc_tx_skb(ndev.as_raw(), len32) }).ok_or(ENOMEM)?;
+        let skb =
+            NonNull::new(unsafe { bindings::rxe_rs_helper_alloc_tx_skb(ndev.as_raw(), len32) })
+                .ok_or(ENOMEM)?;
         Ok(Self { skb, len })
     }
 
@@ -66,7 +78,12 @@ impl TxDatagram {
     pub(crate) fn bytes(&mut self) -> &mut [u8] {
         // SAFETY: the skb's linear data holds `len` bytes we put and own exclusively; the skb
         // lives as long as `self`.
-        unsafe { core::slice::from_raw_parts_mut(bindings::rxe_rs_helper_skb_data(self.skb.as_ptr()), self.len) }
+        unsafe {
+            core::slice::from_raw_parts_mut(
+                bindings::rxe_rs_helper_skb_data(self.skb.as_ptr()),
+                self.len,
+            )
+        }
     }
 
     /// Sends the datagram along `route`; the skb is gone either way.
@@ -75,7 +92,9 @@ impl TxDatagram {
         let route = ManuallyDrop::new(route);
         // SAFETY: we own the skb and one dst reference; both pass to the helper, which sets the
         // dst on the skb and hands the skb to the IP layer (which frees it on every path).
-        to_result(unsafe { bindings::rxe_rs_helper_ip_local_out(this.skb.as_ptr(), route.dst.as_ptr(), route.ipv6) })
+        to_result(unsafe {
+            bindings::rxe_rs_helper_ip_local_out(this.skb.as_ptr(), route.dst.as_ptr(), route.ipv6)
+        })
     }
 }
 

@@ -40,9 +40,20 @@ pub struct RingGeometry {
 impl RingGeometry {
     /// The smallest ring holding `entries` slots of at least `elem_size` bytes each.
     pub const fn for_entries(entries: u32, elem_size: usize) -> Self {
-        let slots = if entries <= 1 { 1 } else { entries.next_power_of_two() };
-        let slot_size = if elem_size <= 64 { 64 } else { elem_size.next_power_of_two() };
-        Self { log2_slots: slots.trailing_zeros(), slot_size: slot_size as u32 }
+        let slots = if entries <= 1 {
+            1
+        } else {
+            entries.next_power_of_two()
+        };
+        let slot_size = if elem_size <= 64 {
+            64
+        } else {
+            elem_size.next_power_of_two()
+        };
+        Self {
+            log2_slots: slots.trailing_zeros(),
+            slot_size: slot_size as u32,
+        }
     }
 
     /// Number of slots.
@@ -87,7 +98,13 @@ mod tests {
         let g = RingGeometry::for_entries(100, 80);
         assert_eq!(g.slots(), 128);
         assert_eq!(g.slot_size, 128);
-        assert_eq!(RingGeometry::for_entries(0, 1), RingGeometry { log2_slots: 0, slot_size: 64 });
+        assert_eq!(
+            RingGeometry::for_entries(0, 1),
+            RingGeometry {
+                log2_slots: 0,
+                slot_size: 64
+            }
+        );
         assert_eq!(RingGeometry::for_entries(64, 64).slots(), 64);
         assert_eq!(g.slot_offset(129), RING_DATA_OFFSET + 128);
         assert_eq!(g.mapped_bytes(4096), 4096 * 5);
@@ -96,7 +113,12 @@ mod tests {
     #[test]
     fn flags_share_the_consumers_cache_line_only() {
         assert_eq!(RING_FLAGS_OFFSET / 64, RING_CONSUMER_OFFSET / 64);
-        assert!(RING_FLAGS_OFFSET >= RING_CONSUMER_OFFSET + 4 && RING_FLAGS_OFFSET + 4 <= RING_DATA_OFFSET);
+        const {
+            assert!(
+                RING_FLAGS_OFFSET >= RING_CONSUMER_OFFSET + 4
+                    && RING_FLAGS_OFFSET + 4 <= RING_DATA_OFFSET
+            )
+        };
         assert_eq!(RING_FLAGS_OFFSET % 4, 0);
     }
 

@@ -121,7 +121,11 @@ pub struct Cqe {
 /// Bytes of a send slot holding `max_sge` SGEs or `max_inline` inline bytes.
 pub const fn send_wqe_bytes(max_sge: u32, max_inline: u32) -> usize {
     let sges = max_sge as usize * core::mem::size_of::<Sge>();
-    let data = if sges > max_inline as usize { sges } else { max_inline as usize };
+    let data = if sges > max_inline as usize {
+        sges
+    } else {
+        max_inline as usize
+    };
     core::mem::size_of::<SendWqe>() + data
 }
 

@@ -83,12 +83,15 @@ pub struct verbs_context_ops {
     pub cq_event: UnusedOp,
     pub create_ah: UnusedOp,
     pub create_counters: UnusedOp,
-    pub create_cq: Option<unsafe extern "C" fn(*mut ibv_context, c_int, *mut ibv_comp_channel, c_int) -> *mut ibv_cq>,
+    pub create_cq: Option<
+        unsafe extern "C" fn(*mut ibv_context, c_int, *mut ibv_comp_channel, c_int) -> *mut ibv_cq,
+    >,
     pub create_cq_ex: UnusedOp,
     pub create_flow: UnusedOp,
     pub create_flow_action_esp: UnusedOp,
     pub create_qp: Option<unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp>,
-    pub create_qp_ex: Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp>,
+    pub create_qp_ex:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp>,
     pub create_rwq_ind_table: UnusedOp,
     pub create_srq: UnusedOp,
     pub create_srq_ex: UnusedOp,
@@ -122,8 +125,10 @@ pub struct verbs_context_ops {
     pub open_qp: UnusedOp,
     pub open_xrcd: UnusedOp,
     pub poll_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int>,
-    pub post_recv: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int>,
-    pub post_send: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int>,
+    pub post_recv:
+        Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int>,
+    pub post_send:
+        Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int>,
     pub post_srq_ops: UnusedOp,
     pub post_srq_recv: UnusedOp,
     pub query_device_ex: Option<
@@ -136,14 +141,17 @@ pub struct verbs_context_ops {
     >,
     pub query_ece: UnusedOp,
     pub query_port: Option<unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr) -> c_int>,
-    pub query_qp: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int, *mut ibv_qp_init_attr) -> c_int>,
+    pub query_qp: Option<
+        unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int, *mut ibv_qp_init_attr) -> c_int,
+    >,
     pub query_qp_data_in_order: UnusedOp,
     pub query_rt_values: UnusedOp,
     pub query_srq: UnusedOp,
     pub read_counters: UnusedOp,
     pub reg_dm_mr: UnusedOp,
     pub reg_dmabuf_mr: UnusedOp,
-    pub reg_mr: Option<unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, u64, c_int) -> *mut ibv_mr>,
+    pub reg_mr:
+        Option<unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, u64, c_int) -> *mut ibv_mr>,
     pub req_notify_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int>,
     pub rereg_mr: UnusedOp,
     pub resize_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int>,
@@ -328,7 +336,13 @@ extern "C" {
         resp: *mut ib_uverbs_create_qp_resp,
         resp_size: usize,
     ) -> c_int;
-    pub fn ibv_cmd_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int, cmd: *mut ibv_modify_qp, cmd_size: usize) -> c_int;
+    pub fn ibv_cmd_modify_qp(
+        qp: *mut ibv_qp,
+        attr: *mut ibv_qp_attr,
+        attr_mask: c_int,
+        cmd: *mut ibv_modify_qp,
+        cmd_size: usize,
+    ) -> c_int;
     pub fn ibv_cmd_query_qp(
         qp: *mut ibv_qp,
         attr: *mut ibv_qp_attr,
@@ -458,17 +472,26 @@ mod tests {
         assert_eq!(offset_of!(Cqe, opcode), offset_of!(ibv_wc, opcode));
         assert_eq!(offset_of!(Cqe, vendor_err), offset_of!(ibv_wc, vendor_err));
         assert_eq!(offset_of!(Cqe, byte_len), offset_of!(ibv_wc, byte_len));
-        assert_eq!(offset_of!(Cqe, imm_data), offset_of!(ibv_wc, __bindgen_anon_1));
+        assert_eq!(
+            offset_of!(Cqe, imm_data),
+            offset_of!(ibv_wc, __bindgen_anon_1)
+        );
         assert_eq!(offset_of!(Cqe, qp_num), offset_of!(ibv_wc, qp_num));
         assert_eq!(offset_of!(Cqe, src_qp), offset_of!(ibv_wc, src_qp));
         assert_eq!(offset_of!(Cqe, wc_flags), offset_of!(ibv_wc, wc_flags));
         assert_eq!(offset_of!(Cqe, pkey_index), offset_of!(ibv_wc, pkey_index));
         assert_eq!(offset_of!(Cqe, slid), offset_of!(ibv_wc, slid));
         assert_eq!(offset_of!(Cqe, sl), offset_of!(ibv_wc, sl));
-        assert_eq!(offset_of!(Cqe, dlid_path_bits), offset_of!(ibv_wc, dlid_path_bits));
+        assert_eq!(
+            offset_of!(Cqe, dlid_path_bits),
+            offset_of!(ibv_wc, dlid_path_bits)
+        );
         // And it is the kernel's uverbs completion too.
         assert_eq!(size_of::<Cqe>(), size_of::<ib_uverbs_wc>());
-        assert_eq!(offset_of!(Cqe, port_num), offset_of!(ib_uverbs_wc, port_num));
+        assert_eq!(
+            offset_of!(Cqe, port_num),
+            offset_of!(ib_uverbs_wc, port_num)
+        );
     }
 
     /// Our SGE is `struct ibv_sge`, so SGE lists can be copied as they are.

@@ -3,7 +3,16 @@
 /// The modified EUI-64 of a 48-bit MAC (RFC 4291 appendix A): `FF:FE` in the middle and the
 /// universal/local bit flipped. rdma_rxe uses it as node GUID and system image GUID.
 pub const fn eui64_from_mac(mac: [u8; 6]) -> [u8; 8] {
-    [mac[0] ^ 2, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]]
+    [
+        mac[0] ^ 2,
+        mac[1],
+        mac[2],
+        0xff,
+        0xfe,
+        mac[3],
+        mac[4],
+        mac[5],
+    ]
 }
 
 #[cfg(test)]

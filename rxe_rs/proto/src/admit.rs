@@ -29,8 +29,15 @@ pub const fn pkeys_match(a: u16, b: u16) -> bool {
 }
 
 /// Checks a datagram for a connected QP of `transport`, with P_Key `pkey`, whose path is `av`.
-pub fn admit(d: &Datagram<'_>, transport: Transport, pkey: u16, av: &AddressVector) -> Result<(), Refusal> {
-    admit_parts(&d.info, d.bth.pkey, d.src_gid, d.dst_gid, transport, pkey, av)
+pub fn admit(
+    d: &Datagram<'_>,
+    transport: Transport,
+    pkey: u16,
+    av: &AddressVector,
+) -> Result<(), Refusal> {
+    admit_parts(
+        &d.info, d.bth.pkey, d.src_gid, d.dst_gid, transport, pkey, av,
+    )
 }
 
 fn admit_parts(
@@ -67,38 +74,85 @@ mod tests {
         g
     }
 
-    const AV: AddressVector =
-        AddressVector { sgid: [0; 16], dgid: [0; 16], flow_label: 0, hop_limit: 64, traffic_class: 0 };
+    const AV: AddressVector = AddressVector {
+        sgid: [0; 16],
+        dgid: [0; 16],
+        flow_label: 0,
+        hop_limit: 64,
+        traffic_class: 0,
+    };
 
     fn check(op: Opcode, pkey: u16, src: u8, dst: u8) -> Result<(), Refusal> {
-        let av = AddressVector { sgid: gid(1), dgid: gid(2), ..AV };
-        admit_parts(&op.info().unwrap(), pkey, gid(src), gid(dst), Transport::Rc, 0xffff, &av)
+        let av = AddressVector {
+            sgid: gid(1),
+            dgid: gid(2),
+            ..AV
+        };
+        admit_parts(
+            &op.info().unwrap(),
+            pkey,
+            gid(src),
+            gid(dst),
+            Transport::Rc,
+            0xffff,
+            &av,
+        )
     }
 
     #[test]
     fn the_peers_rc_packets_pass() {
         assert_eq!(check(Opcode::RC_SEND_ONLY, 0xffff, 2, 1), Ok(()));
-        assert_eq!(check(Opcode::RC_ACK, 0x7fff, 2, 1), Ok(()), "limited member, we are full");
+        assert_eq!(
+            check(Opcode::RC_ACK, 0x7fff, 2, 1),
+            Ok(()),
+            "limited member, we are full"
+        );
     }
 
     #[test]
     fn other_transports_are_refused() {
-        assert_eq!(check(Opcode::UD_SEND_ONLY, 0xffff, 2, 1), Err(Refusal::WrongTransport));
-        assert_eq!(check(Opcode(0x24), 0xffff, 2, 1), Err(Refusal::WrongTransport), "UC SEND ONLY");
+        assert_eq!(
+            check(Opcode::UD_SEND_ONLY, 0xffff, 2, 1),
+            Err(Refusal::WrongTransport)
+        );
+        assert_eq!(
+            check(Opcode(0x24), 0xffff, 2, 1),
+            Err(Refusal::WrongTransport),
+            "UC SEND ONLY"
+        );
     }
 
     #[test]
     fn other_sources_and_destinations_are_refused() {
-        assert_eq!(check(Opcode::RC_SEND_ONLY, 0xffff, 3, 1), Err(Refusal::WrongPeer));
-        assert_eq!(check(Opcode::RC_SEND_ONLY, 0xffff, 2, 2), Err(Refusal::WrongPeer), "to another address of ours");
+        assert_eq!(
+            check(Opcode::RC_SEND_ONLY, 0xffff, 3, 1),
+            Err(Refusal::WrongPeer)
+        );
+        assert_eq!(
+            check(Opcode::RC_SEND_ONLY, 0xffff, 2, 2),
+            Err(Refusal::WrongPeer),
+            "to another address of ours"
+        );
     }
 
     #[test]
     fn pkey_rules() {
-        assert_eq!(check(Opcode::RC_SEND_ONLY, 0x1234, 2, 1), Err(Refusal::BadPkey));
-        assert_eq!(check(Opcode::RC_SEND_ONLY, 0x8000, 2, 1), Err(Refusal::BadPkey));
+        assert_eq!(
+            check(Opcode::RC_SEND_ONLY, 0x1234, 2, 1),
+            Err(Refusal::BadPkey)
+        );
+        assert_eq!(
+            check(Opcode::RC_SEND_ONLY, 0x8000, 2, 1),
+            Err(Refusal::BadPkey)
+        );
         assert!(pkeys_match(0xffff, 0xffff) && pkeys_match(0x7fff, 0xffff));
-        assert!(!pkeys_match(0x7fff, 0x7fff), "two limited members do not talk");
-        assert!(!pkeys_match(0x8000, 0x8000), "the invalid P_Key matches nothing");
+        assert!(
+            !pkeys_match(0x7fff, 0x7fff),
+            "two limited members do not talk"
+        );
+        assert!(
+            !pkeys_match(0x8000, 0x8000),
+            "the invalid P_Key matches nothing"
+        );
     }
 }

@@ -77,8 +77,15 @@ mod tests {
 
     #[test]
     fn mixed_families_have_no_path() {
-        let mut av = AddressVector { sgid: v4([10, 0, 0, 1]), dgid: v4([10, 0, 0, 2]), ..Default::default() };
-        assert!(matches!(av.families(), Some((Family::Ipv4(_), Family::Ipv4(_)))));
+        let mut av = AddressVector {
+            sgid: v4([10, 0, 0, 1]),
+            dgid: v4([10, 0, 0, 2]),
+            ..Default::default()
+        };
+        assert!(matches!(
+            av.families(),
+            Some((Family::Ipv4(_), Family::Ipv4(_)))
+        ));
         av.dgid = [0xfd; 16];
         assert_eq!(av.families(), None);
     }

@@ -74,7 +74,10 @@ pub fn on_aeth(spans: impl IntoIterator<Item = Span>, syndrome: Syndrome, psn: P
         }
         if span.needs_response {
             // Acknowledged past a READ whose last response we never saw: it was lost.
-            return AckOutcome { completed, then: AfterAck::RetryFrom(span.first) };
+            return AckOutcome {
+                completed,
+                then: AfterAck::RetryFrom(span.first),
+            };
         }
         completed = completed.saturating_add(1);
     }
@@ -86,8 +89,12 @@ pub fn on_aeth(spans: impl IntoIterator<Item = Span>, syndrome: Syndrome, psn: P
         (Syndrome::RnrNak { timer }, _) => AfterAck::RnrRetry(timer, psn),
         (Syndrome::Nak(NakCode::PsnSequenceError), _) => AfterAck::RetryFrom(psn),
         (Syndrome::Nak(NakCode::RemoteAccessError), _) => AfterAck::Fail(RemoteError::AccessError),
-        (Syndrome::Nak(NakCode::RemoteOperationalError), _) => AfterAck::Fail(RemoteError::OperationalError),
-        (Syndrome::Nak(NakCode::InvalidRequest | NakCode::InvalidRdRequest), _) => AfterAck::Fail(RemoteError::InvalidRequest),
+        (Syndrome::Nak(NakCode::RemoteOperationalError), _) => {
+            AfterAck::Fail(RemoteError::OperationalError)
+        }
+        (Syndrome::Nak(NakCode::InvalidRequest | NakCode::InvalidRdRequest), _) => {
+            AfterAck::Fail(RemoteError::InvalidRequest)
+        }
     };
     AckOutcome { completed, then }
 }
@@ -99,7 +106,11 @@ pub fn on_aeth(spans: impl IntoIterator<Item = Span>, syndrome: Syndrome, psn: P
 /// into it (a responder answers a repeated WRITE with an ACK for the last PSN it took, which may
 /// be one of a READ's). A requester that took them as acknowledged would drop them as stale,
 /// ask again forever, and never complete the READ (found by the hostile-peer test's victims).
-pub fn unacknowledged_from(spans: impl IntoIterator<Item = Span>, syndrome: Syndrome, psn: Psn) -> Psn {
+pub fn unacknowledged_from(
+    spans: impl IntoIterator<Item = Span>,
+    syndrome: Syndrome,
+    psn: Psn,
+) -> Psn {
     let through = match syndrome {
         Syndrome::Ack { .. } => psn.add(1),
         _ => psn,
@@ -120,15 +131,32 @@ mod tests {
     use super::*;
 
     fn span(first: u32, last: u32, needs_response: bool) -> Span {
-        Span { first: Psn::new(first), last: Psn::new(last), needs_response }
+        Span {
+            first: Psn::new(first),
+            last: Psn::new(last),
+            needs_response,
+        }
     }
     const ACK: Syndrome = Syndrome::Ack { credits: 31 };
 
     #[test]
     fn acks_are_cumulative() {
         let spans = [span(0, 2, false), span(3, 3, false), span(4, 6, false)];
-        assert_eq!(on_aeth(spans, ACK, Psn::new(3)), AckOutcome { completed: 2, then: AfterAck::Nothing });
-        assert_eq!(on_aeth(spans, ACK, Psn::new(1)), AckOutcome { completed: 0, then: AfterAck::Nothing }, "mid-message ACK");
+        assert_eq!(
+            on_aeth(spans, ACK, Psn::new(3)),
+            AckOutcome {
+                completed: 2,
+                then: AfterAck::Nothing
+            }
+        );
+        assert_eq!(
+            on_aeth(spans, ACK, Psn::new(1)),
+            AckOutcome {
+                completed: 0,
+                then: AfterAck::Nothing
+            },
+            "mid-message ACK"
+        );
         assert_eq!(on_aeth(spans, ACK, Psn::new(6)).completed, 3);
         assert_eq!(on_aeth([], ACK, Psn::new(6)).completed, 0);
     }
@@ -143,8 +171,20 @@ mod tests {
     #[test]
     fn an_ack_past_an_unanswered_read_means_its_responses_were_lost() {
         let spans = [span(0, 0, false), span(1, 4, true), span(5, 5, false)];
-        assert_eq!(on_aeth(spans, ACK, Psn::new(5)), AckOutcome { completed: 1, then: AfterAck::RetryFrom(Psn::new(1)) });
-        assert_eq!(on_aeth(spans, ACK, Psn::new(0)), AckOutcome { completed: 1, then: AfterAck::Nothing });
+        assert_eq!(
+            on_aeth(spans, ACK, Psn::new(5)),
+            AckOutcome {
+                completed: 1,
+                then: AfterAck::RetryFrom(Psn::new(1))
+            }
+        );
+        assert_eq!(
+            on_aeth(spans, ACK, Psn::new(0)),
+            AckOutcome {
+                completed: 1,
+                then: AfterAck::Nothing
+            }
+        );
     }
 
     #[test]
@@ -152,7 +192,10 @@ mod tests {
         // A WRITE (PSN 0), then a READ of 4 responses (1..4) in flight.
         let spans = [span(0, 0, false), span(1, 4, true)];
         // Past the READ: resent, and its responses are still to come.
-        assert_eq!(on_aeth(spans, ACK, Psn::new(4)).then, AfterAck::RetryFrom(Psn::new(1)));
+        assert_eq!(
+            on_aeth(spans, ACK, Psn::new(4)).then,
+            AfterAck::RetryFrom(Psn::new(1))
+        );
         assert_eq!(unacknowledged_from(spans, ACK, Psn::new(4)), Psn::new(1));
         // Into the READ (the responder re-ACKed a repeated WRITE with its last PSN, 2): the
         // READ's responses are not acknowledged either.
@@ -162,30 +205,90 @@ mod tests {
         assert_eq!(unacknowledged_from(spans, ACK, Psn::new(0)), Psn::new(1));
         let nak = Syndrome::Nak(NakCode::PsnSequenceError);
         assert_eq!(unacknowledged_from(spans, nak, Psn::new(3)), Psn::new(1));
-        assert_eq!(unacknowledged_from([span(10, 10, false), span(11, 13, false)], nak, Psn::new(12)), Psn::new(12));
+        assert_eq!(
+            unacknowledged_from(
+                [span(10, 10, false), span(11, 13, false)],
+                nak,
+                Psn::new(12)
+            ),
+            Psn::new(12)
+        );
         // Across the PSN wrap.
         let wrap = [span(0xff_fffe, 0xff_ffff, true)];
-        assert_eq!(unacknowledged_from(wrap, ACK, Psn::new(2)), Psn::new(0xff_fffe));
-        assert_eq!(unacknowledged_from(wrap, ACK, Psn::new(0xff_fffe)), Psn::new(0xff_fffe));
+        assert_eq!(
+            unacknowledged_from(wrap, ACK, Psn::new(2)),
+            Psn::new(0xff_fffe)
+        );
+        assert_eq!(
+            unacknowledged_from(wrap, ACK, Psn::new(0xff_fffe)),
+            Psn::new(0xff_fffe)
+        );
     }
 
     #[test]
     fn naks_ack_what_precedes_them() {
-        let spans = [span(10, 10, false), span(11, 13, false), span(14, 14, false)];
-        let seq = on_aeth(spans, Syndrome::Nak(NakCode::PsnSequenceError), Psn::new(12));
-        assert_eq!(seq, AckOutcome { completed: 1, then: AfterAck::RetryFrom(Psn::new(12)) });
+        let spans = [
+            span(10, 10, false),
+            span(11, 13, false),
+            span(14, 14, false),
+        ];
+        let seq = on_aeth(
+            spans,
+            Syndrome::Nak(NakCode::PsnSequenceError),
+            Psn::new(12),
+        );
+        assert_eq!(
+            seq,
+            AckOutcome {
+                completed: 1,
+                then: AfterAck::RetryFrom(Psn::new(12))
+            }
+        );
         let rnr = on_aeth(spans, Syndrome::RnrNak { timer: 12 }, Psn::new(11));
-        assert_eq!(rnr, AckOutcome { completed: 1, then: AfterAck::RnrRetry(12, Psn::new(11)) });
-        let access = on_aeth(spans, Syndrome::Nak(NakCode::RemoteAccessError), Psn::new(14));
-        assert_eq!(access, AckOutcome { completed: 2, then: AfterAck::Fail(RemoteError::AccessError) });
+        assert_eq!(
+            rnr,
+            AckOutcome {
+                completed: 1,
+                then: AfterAck::RnrRetry(12, Psn::new(11))
+            }
+        );
+        let access = on_aeth(
+            spans,
+            Syndrome::Nak(NakCode::RemoteAccessError),
+            Psn::new(14),
+        );
+        assert_eq!(
+            access,
+            AckOutcome {
+                completed: 2,
+                then: AfterAck::Fail(RemoteError::AccessError)
+            }
+        );
         let invalid = on_aeth(spans, Syndrome::Nak(NakCode::InvalidRequest), Psn::new(10));
-        assert_eq!(invalid, AckOutcome { completed: 0, then: AfterAck::Fail(RemoteError::InvalidRequest) });
+        assert_eq!(
+            invalid,
+            AckOutcome {
+                completed: 0,
+                then: AfterAck::Fail(RemoteError::InvalidRequest)
+            }
+        );
     }
 
     #[test]
     fn stale_naks_are_ignored() {
         let spans = [span(20, 21, false)];
-        assert_eq!(on_aeth(spans, Syndrome::Nak(NakCode::PsnSequenceError), Psn::new(25)).then, AfterAck::Nothing);
-        assert_eq!(on_aeth([], Syndrome::RnrNak { timer: 1 }, Psn::new(3)).then, AfterAck::Nothing);
+        assert_eq!(
+            on_aeth(
+                spans,
+                Syndrome::Nak(NakCode::PsnSequenceError),
+                Psn::new(25)
+            )
+            .then,
+            AfterAck::Nothing
+        );
+        assert_eq!(
+            on_aeth([], Syndrome::RnrNak { timer: 1 }, Psn::new(3)).then,
+            AfterAck::Nothing
+        );
     }
 }

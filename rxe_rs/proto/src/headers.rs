@@ -109,7 +109,11 @@ impl Reth {
     /// Parses the first [`RETH_BYTES`] of `b`.
     pub fn parse(b: &[u8]) -> Option<Self> {
         let b = b.get(..RETH_BYTES)?;
-        Some(Self { va: be64(b), rkey: be32(&b[8..]), dma_len: be32(&b[12..]) })
+        Some(Self {
+            va: be64(b),
+            rkey: be32(&b[8..]),
+            dma_len: be32(&b[12..]),
+        })
     }
 
     /// Writes the header into the first [`RETH_BYTES`] of `b`.
@@ -198,7 +202,10 @@ impl Aeth {
     /// Parses the first [`AETH_BYTES`] of `b`; `None` for a reserved syndrome.
     pub fn parse(b: &[u8]) -> Option<Self> {
         let b = b.get(..AETH_BYTES)?;
-        Some(Self { syndrome: Syndrome::decode(b[0])?, msn: be24(&b[1..]) })
+        Some(Self {
+            syndrome: Syndrome::decode(b[0])?,
+            msn: be24(&b[1..]),
+        })
     }
 
     /// Writes the header into the first [`AETH_BYTES`] of `b`.
@@ -233,7 +240,10 @@ mod tests {
         };
         let mut b = [0u8; 12];
         bth.write(&mut b);
-        assert_eq!(b, [0x0a, 0xe0, 0xff, 0xff, 0x40, 0x12, 0x34, 0x56, 0x80, 0xab, 0xcd, 0xef]);
+        assert_eq!(
+            b,
+            [0x0a, 0xe0, 0xff, 0xff, 0x40, 0x12, 0x34, 0x56, 0x80, 0xab, 0xcd, 0xef]
+        );
         assert_eq!(Bth::parse(&b), Some(bth));
         assert_eq!(Bth::parse(&b[..11]), None);
         b[1] |= 1; // transport version 1
@@ -242,7 +252,11 @@ mod tests {
 
     #[test]
     fn reth_round_trips() {
-        let reth = Reth { va: 0x0011_2233_4455_6677, rkey: 0x8899_aabb, dma_len: 0x1000 };
+        let reth = Reth {
+            va: 0x0011_2233_4455_6677,
+            rkey: 0x8899_aabb,
+            dma_len: 0x1000,
+        };
         let mut b = [0u8; 16];
         reth.write(&mut b);
         assert_eq!(&b[..8], &[0, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77]);
@@ -252,7 +266,13 @@ mod tests {
 
     #[test]
     fn aeth_syndromes_encode_as_in_the_iba() {
-        assert_eq!(Syndrome::Ack { credits: AETH_NO_CREDITS }.encode(), 0x1f);
+        assert_eq!(
+            Syndrome::Ack {
+                credits: AETH_NO_CREDITS
+            }
+            .encode(),
+            0x1f
+        );
         assert_eq!(Syndrome::RnrNak { timer: 14 }.encode(), 0x2e);
         assert_eq!(Syndrome::Nak(NakCode::PsnSequenceError).encode(), 0x60);
         assert_eq!(Syndrome::Nak(NakCode::RemoteAccessError).encode(), 0x62);
@@ -263,7 +283,10 @@ mod tests {
                 assert_eq!(s.encode(), b);
             }
         }
-        let aeth = Aeth { syndrome: Syndrome::Nak(NakCode::InvalidRequest), msn: 0x01_0203 };
+        let aeth = Aeth {
+            syndrome: Syndrome::Nak(NakCode::InvalidRequest),
+            msn: 0x01_0203,
+        };
         let mut b = [0u8; 4];
         aeth.write(&mut b);
         assert_eq!(b, [0x61, 1, 2, 3]);

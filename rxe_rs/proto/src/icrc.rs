@@ -22,7 +22,11 @@ const fn make_table() -> [u32; 256] {
         let mut c = i as u32;
         let mut k = 0;
         while k < 8 {
-            c = if c & 1 != 0 { (c >> 1) ^ 0xedb8_8320 } else { c >> 1 };
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0xedb8_8320
+            } else {
+                c >> 1
+            };
             k += 1;
         }
         table[i] = c;
@@ -113,7 +117,14 @@ mod tests {
         pkt[28] = 0x04;
         pkt[40..44].copy_from_slice(b"abcd");
         let base = icrc(&SoftCrc32, &pkt).unwrap();
-        for (offset, value) in [(1, 0x20), (8, 63), (10, 0x12), (11, 0x34), (26, 0x99), (32, 0xc0)] {
+        for (offset, value) in [
+            (1, 0x20),
+            (8, 63),
+            (10, 0x12),
+            (11, 0x34),
+            (26, 0x99),
+            (32, 0xc0),
+        ] {
             let mut p = pkt;
             p[offset] = value;
             assert_eq!(icrc(&SoftCrc32, &p), Some(base), "byte {offset}");

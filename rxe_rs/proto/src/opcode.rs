@@ -155,43 +155,132 @@ impl Opcode {
             _ => return None,
         };
         let t = Some(transport);
-        let req = OpInfo { transport: t, is_request: true, ..NONE };
-        let send = OpInfo { is_send: true, has_payload: true, ..req };
-        let write = OpInfo { is_write: true, has_payload: true, ..req };
-        let rresp = OpInfo { transport: t, is_read: true, ..NONE };
+        let req = OpInfo {
+            transport: t,
+            is_request: true,
+            ..NONE
+        };
+        let send = OpInfo {
+            is_send: true,
+            has_payload: true,
+            ..req
+        };
+        let write = OpInfo {
+            is_write: true,
+            has_payload: true,
+            ..req
+        };
+        let rresp = OpInfo {
+            transport: t,
+            is_read: true,
+            ..NONE
+        };
         let op = self.0 & 0x1f;
         let info = match (transport, op) {
-            (Transport::Ud, 0x04) => OpInfo { is_first: true, is_last: true, deth: true, ..send },
-            (Transport::Ud, 0x05) => {
-                OpInfo { is_first: true, is_last: true, deth: true, immdt: true, ..send }
-            }
+            (Transport::Ud, 0x04) => OpInfo {
+                is_first: true,
+                is_last: true,
+                deth: true,
+                ..send
+            },
+            (Transport::Ud, 0x05) => OpInfo {
+                is_first: true,
+                is_last: true,
+                deth: true,
+                immdt: true,
+                ..send
+            },
             (Transport::Ud, _) => return None,
-            (_, 0x00) => OpInfo { is_first: true, ..send },
+            (_, 0x00) => OpInfo {
+                is_first: true,
+                ..send
+            },
             (_, 0x01) => send,
-            (_, 0x02) => OpInfo { is_last: true, ..send },
-            (_, 0x03) => OpInfo { is_last: true, immdt: true, ..send },
-            (_, 0x04) => OpInfo { is_first: true, is_last: true, ..send },
-            (_, 0x05) => OpInfo { is_first: true, is_last: true, immdt: true, ..send },
-            (_, 0x06) => OpInfo { is_first: true, reth: true, ..write },
+            (_, 0x02) => OpInfo {
+                is_last: true,
+                ..send
+            },
+            (_, 0x03) => OpInfo {
+                is_last: true,
+                immdt: true,
+                ..send
+            },
+            (_, 0x04) => OpInfo {
+                is_first: true,
+                is_last: true,
+                ..send
+            },
+            (_, 0x05) => OpInfo {
+                is_first: true,
+                is_last: true,
+                immdt: true,
+                ..send
+            },
+            (_, 0x06) => OpInfo {
+                is_first: true,
+                reth: true,
+                ..write
+            },
             (_, 0x07) => write,
-            (_, 0x08) => OpInfo { is_last: true, ..write },
-            (_, 0x09) => OpInfo { is_last: true, immdt: true, ..write },
-            (_, 0x0a) => OpInfo { is_first: true, is_last: true, reth: true, ..write },
-            (_, 0x0b) => {
-                OpInfo { is_first: true, is_last: true, reth: true, immdt: true, ..write }
-            }
-            (Transport::Rc, 0x0c) => {
-                OpInfo { is_read: true, is_first: true, is_last: true, reth: true, ..req }
-            }
-            (Transport::Rc, 0x0d) => {
-                OpInfo { is_first: true, aeth: true, has_payload: true, ..rresp }
-            }
-            (Transport::Rc, 0x0e) => OpInfo { has_payload: true, ..rresp },
-            (Transport::Rc, 0x0f) => OpInfo { is_last: true, aeth: true, has_payload: true, ..rresp },
-            (Transport::Rc, 0x10) => {
-                OpInfo { is_first: true, is_last: true, aeth: true, has_payload: true, ..rresp }
-            }
-            (Transport::Rc, 0x11) => OpInfo { transport: t, is_first: true, is_last: true, aeth: true, ..NONE },
+            (_, 0x08) => OpInfo {
+                is_last: true,
+                ..write
+            },
+            (_, 0x09) => OpInfo {
+                is_last: true,
+                immdt: true,
+                ..write
+            },
+            (_, 0x0a) => OpInfo {
+                is_first: true,
+                is_last: true,
+                reth: true,
+                ..write
+            },
+            (_, 0x0b) => OpInfo {
+                is_first: true,
+                is_last: true,
+                reth: true,
+                immdt: true,
+                ..write
+            },
+            (Transport::Rc, 0x0c) => OpInfo {
+                is_read: true,
+                is_first: true,
+                is_last: true,
+                reth: true,
+                ..req
+            },
+            (Transport::Rc, 0x0d) => OpInfo {
+                is_first: true,
+                aeth: true,
+                has_payload: true,
+                ..rresp
+            },
+            (Transport::Rc, 0x0e) => OpInfo {
+                has_payload: true,
+                ..rresp
+            },
+            (Transport::Rc, 0x0f) => OpInfo {
+                is_last: true,
+                aeth: true,
+                has_payload: true,
+                ..rresp
+            },
+            (Transport::Rc, 0x10) => OpInfo {
+                is_first: true,
+                is_last: true,
+                aeth: true,
+                has_payload: true,
+                ..rresp
+            },
+            (Transport::Rc, 0x11) => OpInfo {
+                transport: t,
+                is_first: true,
+                is_last: true,
+                aeth: true,
+                ..NONE
+            },
             (Transport::Rc, 0x12) => OpInfo {
                 transport: t,
                 is_first: true,
@@ -200,11 +289,23 @@ impl Opcode {
                 atomic_ack_eth: true,
                 ..NONE
             },
-            (Transport::Rc, 0x13 | 0x14) => {
-                OpInfo { is_first: true, is_last: true, atomic_eth: true, ..req }
-            }
-            (Transport::Rc, 0x16) => OpInfo { is_last: true, ieth: true, ..send },
-            (Transport::Rc, 0x17) => OpInfo { is_first: true, is_last: true, ieth: true, ..send },
+            (Transport::Rc, 0x13 | 0x14) => OpInfo {
+                is_first: true,
+                is_last: true,
+                atomic_eth: true,
+                ..req
+            },
+            (Transport::Rc, 0x16) => OpInfo {
+                is_last: true,
+                ieth: true,
+                ..send
+            },
+            (Transport::Rc, 0x17) => OpInfo {
+                is_first: true,
+                is_last: true,
+                ieth: true,
+                ..send
+            },
             _ => return None,
         };
         Some(info)
@@ -246,7 +347,9 @@ mod tests {
 
     #[test]
     fn unknown_opcodes_are_rejected() {
-        for op in [0x15u8, 0x18, 0x1f, 0x2c, 0x30, 0x40, 0x44, 0x63, 0x80, 0x81, 0xa0, 0xff] {
+        for op in [
+            0x15u8, 0x18, 0x1f, 0x2c, 0x30, 0x40, 0x44, 0x63, 0x80, 0x81, 0xa0, 0xff,
+        ] {
             assert_eq!(Opcode(op).info(), None, "opcode {op:#x}");
         }
     }
@@ -254,10 +357,12 @@ mod tests {
     #[test]
     fn every_known_opcode_is_consistent() {
         for op in 0..=255u8 {
-            let Some(info) = Opcode(op).info() else { continue };
+            let Some(info) = Opcode(op).info() else {
+                continue;
+            };
             assert!(info.header_len() >= BTH_BYTES);
             // Only requests carry RETH/atomic headers, only responses carry AETH.
-            assert!(!(info.reth && !info.is_request));
+            assert!(!info.reth || info.is_request);
             assert!(!(info.aeth && info.is_request));
         }
     }

@@ -93,7 +93,10 @@ pub fn parse<'a>(ip: &'a [u8], crc: &impl Crc32) -> Result<Datagram<'a>, DropRea
             if ip[6] != 17 {
                 return Err(Malformed);
             }
-            (IPV6_HDR_BYTES, IPV6_HDR_BYTES.saturating_add(be16(&ip[4..]).into()))
+            (
+                IPV6_HDR_BYTES,
+                IPV6_HDR_BYTES.saturating_add(be16(&ip[4..]).into()),
+            )
         }
         _ => return Err(Malformed),
     };
@@ -135,6 +138,7 @@ pub fn parse<'a>(ip: &'a [u8], crc: &impl Crc32) -> Result<Datagram<'a>, DropRea
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects)] // test data, built from small constants
 mod tests {
     extern crate std;
     use super::*;
@@ -168,7 +172,14 @@ mod tests {
         p[20..22].copy_from_slice(&0xc000u16.to_be_bytes());
         p[22..24].copy_from_slice(&4791u16.to_be_bytes());
         p[24..26].copy_from_slice(&(udp_len as u16).to_be_bytes());
-        let bth = Bth { opcode: 0x04, pad: pad as u8, pkey: 0xffff, dest_qp: 0x11, psn: crate::psn::Psn::new(7), ..Default::default() };
+        let bth = Bth {
+            opcode: 0x04,
+            pad: pad as u8,
+            pkey: 0xffff,
+            dest_qp: 0x11,
+            psn: crate::psn::Psn::new(7),
+            ..Default::default()
+        };
         bth.write(&mut p[28..40]);
         p[40..40 + payload.len()].copy_from_slice(payload);
         let n = p.len();
@@ -198,17 +209,60 @@ mod tests {
             f(&mut p);
             parse(&p, &SoftCrc32).err()
         };
-        assert_eq!(damaged(&|p| p[44] ^= 1), Some(DropReason::BadIcrc), "payload bit flip");
-        assert_eq!(damaged(&|p| p[28] = 0x1f), Some(DropReason::Malformed), "unknown opcode");
-        assert_eq!(damaged(&|p| p[29] |= 1), Some(DropReason::Malformed), "transport version");
-        assert_eq!(damaged(&|p| p[0] = 0x46), Some(DropReason::Malformed), "IP options");
-        assert_eq!(damaged(&|p| p[9] = 6), Some(DropReason::Malformed), "not UDP");
-        assert_eq!(damaged(&|p| p[22] = 0), Some(DropReason::Malformed), "other port");
-        assert_eq!(damaged(&|p| p[25] += 1), Some(DropReason::Malformed), "UDP length");
-        assert_eq!(damaged(&|p| p[3] += 4), Some(DropReason::Malformed), "IP length beyond the buffer");
-        assert_eq!(damaged(&|p| p[28] = 0x0a), Some(DropReason::Malformed), "RETH does not fit");
-        assert_eq!(damaged(&|p| p.truncate(30)), Some(DropReason::Malformed), "truncated");
+        assert_eq!(
+            damaged(&|p| p[44] ^= 1),
+            Some(DropReason::BadIcrc),
+            "payload bit flip"
+        );
+        assert_eq!(
+            damaged(&|p| p[28] = 0x1f),
+            Some(DropReason::Malformed),
+            "unknown opcode"
+        );
+        assert_eq!(
+            damaged(&|p| p[29] |= 1),
+            Some(DropReason::Malformed),
+            "transport version"
+        );
+        assert_eq!(
+            damaged(&|p| p[0] = 0x46),
+            Some(DropReason::Malformed),
+            "IP options"
+        );
+        assert_eq!(
+            damaged(&|p| p[9] = 6),
+            Some(DropReason::Malformed),
+            "not UDP"
+        );
+        assert_eq!(
+            damaged(&|p| p[22] = 0),
+            Some(DropReason::Malformed),
+            "other port"
+        );
+        assert_eq!(
+            damaged(&|p| p[25] += 1),
+            Some(DropReason::Malformed),
+            "UDP length"
+        );
+        assert_eq!(
+            damaged(&|p| p[3] += 4),
+            Some(DropReason::Malformed),
+            "IP length beyond the buffer"
+        );
+        assert_eq!(
+            damaged(&|p| p[28] = 0x0a),
+            Some(DropReason::Malformed),
+            "RETH does not fit"
+        );
+        assert_eq!(
+            damaged(&|p| p.truncate(30)),
+            Some(DropReason::Malformed),
+            "truncated"
+        );
         assert_eq!(parse(&[], &SoftCrc32).err(), Some(DropReason::Malformed));
-        assert_eq!(parse(&[0x45], &SoftCrc32).err(), Some(DropReason::Malformed));
+        assert_eq!(
+            parse(&[0x45], &SoftCrc32).err(),
+            Some(DropReason::Malformed)
+        );
     }
 }

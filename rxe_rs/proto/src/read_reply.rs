@@ -27,7 +27,9 @@ pub const MAX_READ_REPLIES: usize = 129;
 /// (0 counts as 1), plus one for a repeated request: [`MAX_READ_REPLIES`] at the most. More
 /// repeats than that make room for themselves and for new requests by dropping older repeats.
 pub fn slots_for(max_dest_rd_atomic: u8) -> usize {
-    usize::from(max_dest_rd_atomic.max(1)).saturating_add(1).min(MAX_READ_REPLIES)
+    usize::from(max_dest_rd_atomic.max(1))
+        .saturating_add(1)
+        .min(MAX_READ_REPLIES)
 }
 
 /// The responses owed for one READ request.
@@ -70,7 +72,16 @@ pub struct Response {
 impl ReadReply {
     /// The responses to a READ request at `psn` for `len` bytes at `va`.
     pub const fn new(rkey: u32, va: u64, len: u32, psn: Psn, msn: u32, mtu: IbMtu) -> Self {
-        Self { rkey, va, len, psn, msn, sent: 0, end: packet_count(len, mtu), repeated: false }
+        Self {
+            rkey,
+            va,
+            len,
+            psn,
+            msn,
+            sent: 0,
+            end: packet_count(len, mtu),
+            repeated: false,
+        }
     }
 
     /// PSNs (response packets) the request consumes.
@@ -87,17 +98,31 @@ impl ReadReply {
         let i = self.sent;
         // `sent < end <= count`: the offset lies inside the request, whose range the responder
         // checked against the MR. Checked anyway: a reply that would wrap simply ends.
-        let Some(offset) = i.checked_mul(mtu.bytes()) else { return None };
-        let Some(rest) = self.len.checked_sub(offset) else { return None };
-        let Some(va) = self.va.checked_add(offset as u64) else { return None };
-        let len = if rest < mtu.bytes() { rest } else { mtu.bytes() };
+        let Some(offset) = i.checked_mul(mtu.bytes()) else {
+            return None;
+        };
+        let Some(rest) = self.len.checked_sub(offset) else {
+            return None;
+        };
+        let Some(va) = self.va.checked_add(offset as u64) else {
+            return None;
+        };
+        let len = if rest < mtu.bytes() {
+            rest
+        } else {
+            mtu.bytes()
+        };
         let last = i.saturating_add(1) == count;
         Some(Response {
             opcode: read_response_opcode(i, count),
             psn: self.psn.add(i),
             va,
             len,
-            msn: if last { self.msn.wrapping_add(1) & PSN_MASK } else { self.msn },
+            msn: if last {
+                self.msn.wrapping_add(1) & PSN_MASK
+            } else {
+                self.msn
+            },
         })
     }
 
@@ -134,7 +159,11 @@ pub struct ReadReplies<S> {
 impl<S: DerefMut<Target = [ReadReply]>> ReadReplies<S> {
     /// An empty queue over `slots`.
     pub fn new(slots: S) -> Self {
-        Self { slots, head: 0, len: 0 }
+        Self {
+            slots,
+            head: 0,
+            len: 0,
+        }
     }
 
     /// Nothing is owed.
@@ -153,11 +182,16 @@ impl<S: DerefMut<Target = [ReadReply]>> ReadReplies<S> {
     /// queued here, and may rightly send a new READ in its place (rdma_rxe's does the same;
     /// refusing it would fail a QP over a lost packet).
     pub fn owed_to_new_requests(&self) -> usize {
-        (0..self.len).filter(|&i| !self.slots[self.slot(i)].repeated).count()
+        (0..self.len)
+            .filter(|&i| !self.slots[self.slot(i)].repeated)
+            .count()
     }
 
     fn slot(&self, i: usize) -> usize {
-        self.head.wrapping_add(i).checked_rem(self.slots.len()).unwrap_or(0)
+        self.head
+            .wrapping_add(i)
+            .checked_rem(self.slots.len())
+            .unwrap_or(0)
     }
 
     /// Queues the reply to a new READ request (its PSN follows everything queued). If the slots
@@ -179,7 +213,9 @@ impl<S: DerefMut<Target = [ReadReply]>> ReadReplies<S> {
         if self.len < self.slots.len() {
             return Ok(());
         }
-        let victim = (0..self.len).find(|&i| self.slots[self.slot(i)].repeated).ok_or(Full)?;
+        let victim = (0..self.len)
+            .find(|&i| self.slots[self.slot(i)].repeated)
+            .ok_or(Full)?;
         // Close the gap: everything after it moves one slot towards the head.
         for i in victim..self.len.saturating_sub(1) {
             let (to, from) = (self.slot(i), self.slot(i.saturating_add(1)));
@@ -209,7 +245,10 @@ impl<S: DerefMut<Target = [ReadReply]>> ReadReplies<S> {
             }
             break;
         }
-        self.push(ReadReply { repeated: true, ..reply })
+        self.push(ReadReply {
+            repeated: true,
+            ..reply
+        })
     }
 
     /// The oldest reply, to send from.
@@ -276,11 +315,26 @@ mod tests {
         let (a, b, c) = (a.unwrap(), b.unwrap(), c.unwrap());
         assert_eq!(none, None);
         assert!(r.done());
-        assert_eq!([a.opcode, b.opcode, c.opcode], [Opcode::RC_READ_RESPONSE_FIRST, Opcode::RC_READ_RESPONSE_MIDDLE, Opcode::RC_READ_RESPONSE_LAST]);
-        assert_eq!([a.psn.get(), b.psn.get(), c.psn.get()], [0xff_ffff, 0, 1], "PSNs wrap");
+        assert_eq!(
+            [a.opcode, b.opcode, c.opcode],
+            [
+                Opcode::RC_READ_RESPONSE_FIRST,
+                Opcode::RC_READ_RESPONSE_MIDDLE,
+                Opcode::RC_READ_RESPONSE_LAST
+            ]
+        );
+        assert_eq!(
+            [a.psn.get(), b.psn.get(), c.psn.get()],
+            [0xff_ffff, 0, 1],
+            "PSNs wrap"
+        );
         assert_eq!([a.va, b.va, c.va], [0x1000, 0x1400, 0x1800]);
         assert_eq!([a.len, b.len, c.len], [1024, 1024, 5]);
-        assert_eq!([a.msn, c.msn], [41, 42], "the READ completes with its last response");
+        assert_eq!(
+            [a.msn, c.msn],
+            [41, 42],
+            "the READ completes with its last response"
+        );
     }
 
     #[test]
@@ -288,7 +342,10 @@ mod tests {
         let mut r = ReadReply::new(0, 0, 0, Psn::new(3), PSN_MASK, MTU);
         let [only, none, ..] = drain(&mut r);
         let only = only.unwrap();
-        assert_eq!((only.opcode, only.len, only.msn), (Opcode::RC_READ_RESPONSE_ONLY, 0, 0));
+        assert_eq!(
+            (only.opcode, only.len, only.msn),
+            (Opcode::RC_READ_RESPONSE_ONLY, 0, 0)
+        );
         assert_eq!(none, None);
     }
 
@@ -296,8 +353,10 @@ mod tests {
     fn replies_leave_in_psn_order() {
         let mut storage = slots();
         let mut q = ReadReplies::new(&mut storage[..]);
-        q.push(ReadReply::new(1, 0, 1024, Psn::new(10), 0, MTU)).unwrap();
-        q.push(ReadReply::new(2, 0, 1024, Psn::new(11), 1, MTU)).unwrap();
+        q.push(ReadReply::new(1, 0, 1024, Psn::new(10), 0, MTU))
+            .unwrap();
+        q.push(ReadReply::new(2, 0, 1024, Psn::new(11), 1, MTU))
+            .unwrap();
         assert_eq!(q.front_mut().unwrap().rkey, 1);
         q.pop();
         assert_eq!(q.front_mut().unwrap().rkey, 2);
@@ -310,14 +369,19 @@ mod tests {
         let mut storage = slots();
         let mut q = ReadReplies::new(&mut storage[..]);
         for i in 0..MAX_READ_REPLIES as u32 {
-            q.push(ReadReply::new(i, 0, 1, Psn::new(i), 0, MTU)).unwrap();
+            q.push(ReadReply::new(i, 0, 1, Psn::new(i), 0, MTU))
+                .unwrap();
             // Wrap the ring once on the way.
             if i == 5 {
                 q.pop();
-                q.push(ReadReply::new(i, 0, 1, Psn::new(i), 0, MTU)).unwrap();
+                q.push(ReadReply::new(i, 0, 1, Psn::new(i), 0, MTU))
+                    .unwrap();
             }
         }
-        assert_eq!(q.push(ReadReply::new(0, 0, 1, Psn::new(0), 0, MTU)), Err(Full));
+        assert_eq!(
+            q.push(ReadReply::new(0, 0, 1, Psn::new(0), 0, MTU)),
+            Err(Full)
+        );
         assert_eq!(q.len(), MAX_READ_REPLIES);
     }
 
@@ -326,35 +390,59 @@ mod tests {
         let mut storage = slots();
         let mut q = ReadReplies::new(&mut storage[..]);
         // READ A: PSNs 100..104, 1 sent; READ B: PSNs 104..106.
-        q.push(ReadReply::new(1, 0, 4 * 1024, Psn::new(100), 0, MTU)).unwrap();
-        q.push(ReadReply::new(2, 0, 2 * 1024, Psn::new(104), 1, MTU)).unwrap();
+        q.push(ReadReply::new(1, 0, 4 * 1024, Psn::new(100), 0, MTU))
+            .unwrap();
+        q.push(ReadReply::new(2, 0, 2 * 1024, Psn::new(104), 1, MTU))
+            .unwrap();
         q.front_mut().unwrap().sent_one();
         // The requester asks again from PSN 102 (A's third response), for A's rest.
-        q.repeat(ReadReply::new(1, 0x800, 2 * 1024, Psn::new(102), 0, MTU), MTU).unwrap();
-        assert_eq!(q.len(), 2, "B is dropped, A stops before 102, the repeat follows");
+        q.repeat(
+            ReadReply::new(1, 0x800, 2 * 1024, Psn::new(102), 0, MTU),
+            MTU,
+        )
+        .unwrap();
+        assert_eq!(
+            q.len(),
+            2,
+            "B is dropped, A stops before 102, the repeat follows"
+        );
         let a = q.front_mut().unwrap();
-        let psns = [a.next(MTU).map(|p| p.psn.get()), { a.sent_one(); a.next(MTU).map(|p| p.psn.get()) }];
+        let psns = [a.next(MTU).map(|p| p.psn.get()), {
+            a.sent_one();
+            a.next(MTU).map(|p| p.psn.get())
+        }];
         assert_eq!(psns, [Some(101), None]);
         q.pop();
         let again = q.front_mut().unwrap().next(MTU).unwrap();
-        assert_eq!((again.psn.get(), again.va, again.opcode), (102, 0x800, Opcode::RC_READ_RESPONSE_FIRST));
+        assert_eq!(
+            (again.psn.get(), again.va, again.opcode),
+            (102, 0x800, Opcode::RC_READ_RESPONSE_FIRST)
+        );
     }
 
     #[test]
     fn a_repeat_of_the_oldest_psn_starts_over() {
         let mut storage = slots();
         let mut q = ReadReplies::new(&mut storage[..]);
-        q.push(ReadReply::new(1, 0, 4 * 1024, Psn::new(0xff_fffe), 0, MTU)).unwrap();
-        q.push(ReadReply::new(2, 0, 1024, Psn::new(2), 1, MTU)).unwrap();
-        q.repeat(ReadReply::new(1, 0, 4 * 1024, Psn::new(0xff_fffe), 0, MTU), MTU).unwrap();
+        q.push(ReadReply::new(1, 0, 4 * 1024, Psn::new(0xff_fffe), 0, MTU))
+            .unwrap();
+        q.push(ReadReply::new(2, 0, 1024, Psn::new(2), 1, MTU))
+            .unwrap();
+        q.repeat(
+            ReadReply::new(1, 0, 4 * 1024, Psn::new(0xff_fffe), 0, MTU),
+            MTU,
+        )
+        .unwrap();
         assert_eq!(q.len(), 1);
         // A repeat inside a reply already sent up to it leaves nothing of that reply.
         let mut storage = slots();
         let mut q = ReadReplies::new(&mut storage[..]);
-        q.push(ReadReply::new(1, 0, 4 * 1024, Psn::new(0), 0, MTU)).unwrap();
+        q.push(ReadReply::new(1, 0, 4 * 1024, Psn::new(0), 0, MTU))
+            .unwrap();
         q.front_mut().unwrap().sent_one();
         q.front_mut().unwrap().sent_one();
-        q.repeat(ReadReply::new(1, 0x400, 3 * 1024, Psn::new(1), 0, MTU), MTU).unwrap();
+        q.repeat(ReadReply::new(1, 0x400, 3 * 1024, Psn::new(1), 0, MTU), MTU)
+            .unwrap();
         assert_eq!(q.len(), 1);
         assert_eq!(q.front_mut().unwrap().next(MTU).unwrap().psn.get(), 1);
     }
@@ -365,7 +453,8 @@ mod tests {
         let mut q = ReadReplies::new(&mut storage[..]);
         // Four READs of 32 responses (max_dest_rd_atomic 4); the first was sent in full.
         for i in 0..4u32 {
-            q.push(ReadReply::new(i, 0, 32 * 1024, Psn::new(i * 32), 0, MTU)).unwrap();
+            q.push(ReadReply::new(i, 0, 32 * 1024, Psn::new(i * 32), 0, MTU))
+                .unwrap();
         }
         for _ in 0..32 {
             q.front_mut().unwrap().sent_one();
@@ -375,16 +464,31 @@ mod tests {
         // The requester timed out too early and asks again for all four; then the first's
         // LAST arrives after all, and it sends a fifth READ in the first's place.
         for i in 0..4u32 {
-            q.repeat(ReadReply::new(i, 0, 32 * 1024, Psn::new(i * 32), 0, MTU), MTU).unwrap();
+            q.repeat(
+                ReadReply::new(i, 0, 32 * 1024, Psn::new(i * 32), 0, MTU),
+                MTU,
+            )
+            .unwrap();
         }
-        assert_eq!((q.len(), q.owed_to_new_requests()), (4, 0), "the repeats replaced the originals");
-        q.push(ReadReply::new(4, 0, 32 * 1024, Psn::new(128), 0, MTU)).unwrap();
-        assert_eq!(q.owed_to_new_requests(), 1, "the fifth READ is within the four allowed");
+        assert_eq!(
+            (q.len(), q.owed_to_new_requests()),
+            (4, 0),
+            "the repeats replaced the originals"
+        );
+        q.push(ReadReply::new(4, 0, 32 * 1024, Psn::new(128), 0, MTU))
+            .unwrap();
+        assert_eq!(
+            q.owed_to_new_requests(),
+            1,
+            "the fifth READ is within the four allowed"
+        );
         // A repeat from the middle of a reply: the original's rest still counts, once.
         let mut storage = slots();
         let mut q = ReadReplies::new(&mut storage[..]);
-        q.push(ReadReply::new(1, 0, 4 * 1024, Psn::new(0), 0, MTU)).unwrap();
-        q.repeat(ReadReply::new(1, 0x800, 2 * 1024, Psn::new(2), 0, MTU), MTU).unwrap();
+        q.push(ReadReply::new(1, 0, 4 * 1024, Psn::new(0), 0, MTU))
+            .unwrap();
+        q.repeat(ReadReply::new(1, 0x800, 2 * 1024, Psn::new(2), 0, MTU), MTU)
+            .unwrap();
         assert_eq!((q.len(), q.owed_to_new_requests()), (2, 1));
     }
 
@@ -400,14 +504,18 @@ mod tests {
     #[test]
     fn replacing_the_slots_keeps_what_is_owed_in_order() {
         let reply = |psn| ReadReply::new(1, 0x1000, 4096, Psn::new(psn), 0, MTU);
-        let (mut three, mut two, mut eight) = ([ReadReply::default(); 3], [ReadReply::default(); 2], [ReadReply::default(); 8]);
+        let (mut three, mut two, mut eight) = (
+            [ReadReply::default(); 3],
+            [ReadReply::default(); 2],
+            [ReadReply::default(); 8],
+        );
         let mut q = ReadReplies::new(&mut three[..]);
         for psn in [10, 20, 30] {
             q.push(reply(psn)).unwrap();
         }
         q.pop();
         q.push(reply(40)).unwrap(); // wraps: the head is not slot 0
-        // Too small for the three owed: nothing changes.
+                                    // Too small for the three owed: nothing changes.
         let small = q.replace_slots(&mut two[..]);
         assert_eq!(small.len(), 2);
         assert_eq!(q.len(), 3);

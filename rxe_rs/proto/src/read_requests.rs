@@ -64,7 +64,11 @@ pub struct ReadRequests<S> {
 impl<S: DerefMut<Target = [ReadRequest]>> ReadRequests<S> {
     /// None out, over `slots`.
     pub fn new(slots: S) -> Self {
-        Self { slots, head: 0, len: 0 }
+        Self {
+            slots,
+            head: 0,
+            len: 0,
+        }
     }
 
     /// Requests out whose responses did not all arrive.
@@ -78,7 +82,10 @@ impl<S: DerefMut<Target = [ReadRequest]>> ReadRequests<S> {
     }
 
     fn slot(&self, i: usize) -> usize {
-        self.head.wrapping_add(i).checked_rem(self.slots.len()).unwrap_or(0)
+        self.head
+            .wrapping_add(i)
+            .checked_rem(self.slots.len())
+            .unwrap_or(0)
     }
 
     fn get(&self, i: usize) -> ReadRequest {
@@ -107,7 +114,10 @@ impl<S: DerefMut<Target = [ReadRequest]>> ReadRequests<S> {
     /// How many responses a request sent again from response `psn` asks for: the rest of the
     /// request that first asked for `psn`. `None` if no request out asked for it.
     pub fn repeat_from(&self, psn: Psn) -> Option<u32> {
-        (0..self.len).map(|i| self.get(i)).find(|r| r.holds(psn)).map(|r| r.remaining_from(psn))
+        (0..self.len)
+            .map(|i| self.get(i))
+            .find(|r| r.holds(psn))
+            .map(|r| r.remaining_from(psn))
     }
 
     /// Forgets every request (the QP was reset or failed).
@@ -126,7 +136,10 @@ mod tests {
     }
 
     fn req(first: u32, count: u32) -> ReadRequest {
-        ReadRequest { first: Psn::new(first), count }
+        ReadRequest {
+            first: Psn::new(first),
+            count,
+        }
     }
 
     #[test]
@@ -152,7 +165,11 @@ mod tests {
         r.push(req(32, 32)).unwrap();
         assert_eq!(r.push(req(64, 32)), Err(Full));
         r.received_before(Psn::new(31));
-        assert_eq!(r.len(), 2, "the last response of the first is still missing");
+        assert_eq!(
+            r.len(),
+            2,
+            "the last response of the first is still missing"
+        );
         r.received_before(Psn::new(32));
         assert_eq!(r.len(), 1);
         r.push(req(64, 32)).unwrap();

@@ -53,10 +53,16 @@ fn continues(op: Opcode, in_progress: InProgress) -> bool {
         InProgress::Nothing => false,
         InProgress::Send => matches!(
             op,
-            Opcode::RC_SEND_MIDDLE | Opcode::RC_SEND_LAST | Opcode::RC_SEND_LAST_IMM | Opcode::RC_SEND_LAST_INV
+            Opcode::RC_SEND_MIDDLE
+                | Opcode::RC_SEND_LAST
+                | Opcode::RC_SEND_LAST_IMM
+                | Opcode::RC_SEND_LAST_INV
         ),
         InProgress::Write => {
-            matches!(op, Opcode::RC_WRITE_MIDDLE | Opcode::RC_WRITE_LAST | Opcode::RC_WRITE_LAST_IMM)
+            matches!(
+                op,
+                Opcode::RC_WRITE_MIDDLE | Opcode::RC_WRITE_LAST | Opcode::RC_WRITE_LAST_IMM
+            )
         }
     }
 }
@@ -64,7 +70,14 @@ fn continues(op: Opcode, in_progress: InProgress) -> bool {
 impl ResponderSeq {
     /// Classifies an RC request with PSN `psn`, opcode `op` (whose `info` the caller looked
     /// up) and `payload` bytes, at path MTU `mtu`.
-    pub fn classify(&self, op: Opcode, info: &OpInfo, psn: Psn, payload: u32, mtu: IbMtu) -> Verdict {
+    pub fn classify(
+        &self,
+        op: Opcode,
+        info: &OpInfo,
+        psn: Psn,
+        payload: u32,
+        mtu: IbMtu,
+    ) -> Verdict {
         if info.transport != Some(Transport::Rc) || !info.is_request {
             return Verdict::InvalidRequest;
         }
@@ -76,13 +89,21 @@ impl ResponderSeq {
             return Verdict::OutOfSequence;
         }
         // A message in progress must continue; none in progress, a new one must start.
-        let ok_sequence = if self.in_progress == InProgress::Nothing { info.is_first } else { continues(op, self.in_progress) };
+        let ok_sequence = if self.in_progress == InProgress::Nothing {
+            info.is_first
+        } else {
+            continues(op, self.in_progress)
+        };
         if !ok_sequence {
             return Verdict::InvalidRequest;
         }
         // FIRST and MIDDLE packets are exactly one MTU; LAST and ONLY at most one.
         let mtu = mtu.bytes();
-        let length_ok = if info.is_last { payload <= mtu } else { payload == mtu };
+        let length_ok = if info.is_last {
+            payload <= mtu
+        } else {
+            payload == mtu
+        };
         if info.has_payload && !length_ok || !info.has_payload && payload != 0 {
             return Verdict::InvalidRequest;
         }
@@ -92,7 +113,11 @@ impl ResponderSeq {
     /// The state after executing `info`; `read_len` is the DMA length of an RDMA READ request
     /// (whose responses use one PSN per packet).
     pub fn advance(&mut self, info: &OpInfo, read_len: u32, mtu: IbMtu) {
-        let psns = if info.is_read { packet_count(read_len, mtu) } else { 1 };
+        let psns = if info.is_read {
+            packet_count(read_len, mtu)
+        } else {
+            1
+        };
         self.epsn = self.epsn.add(psns);
         self.in_progress = match (info.is_first, info.is_last) {
             (_, true) => InProgress::Nothing,
@@ -124,52 +149,124 @@ mod tests {
     #[test]
     fn a_three_packet_send_executes_in_order() {
         let mut s = ResponderSeq::default();
-        assert_eq!(run(&mut s, Opcode::RC_SEND_FIRST, 0, 1024), Verdict::Execute);
+        assert_eq!(
+            run(&mut s, Opcode::RC_SEND_FIRST, 0, 1024),
+            Verdict::Execute
+        );
         assert_eq!(s.in_progress, InProgress::Send);
-        assert_eq!(run(&mut s, Opcode::RC_SEND_MIDDLE, 1, 1024), Verdict::Execute);
-        assert_eq!(run(&mut s, Opcode::RC_SEND_LAST_IMM, 2, 7), Verdict::Execute);
-        assert_eq!((s.epsn.get(), s.msn, s.in_progress), (3, 1, InProgress::Nothing));
+        assert_eq!(
+            run(&mut s, Opcode::RC_SEND_MIDDLE, 1, 1024),
+            Verdict::Execute
+        );
+        assert_eq!(
+            run(&mut s, Opcode::RC_SEND_LAST_IMM, 2, 7),
+            Verdict::Execute
+        );
+        assert_eq!(
+            (s.epsn.get(), s.msn, s.in_progress),
+            (3, 1, InProgress::Nothing)
+        );
     }
 
     #[test]
     fn duplicates_and_gaps() {
-        let mut s = ResponderSeq { epsn: Psn::new(5), ..Default::default() };
+        let mut s = ResponderSeq {
+            epsn: Psn::new(5),
+            ..Default::default()
+        };
         assert_eq!(run(&mut s, Opcode::RC_SEND_ONLY, 4, 10), Verdict::Duplicate);
-        assert_eq!(run(&mut s, Opcode::RC_SEND_ONLY, 6, 10), Verdict::OutOfSequence);
+        assert_eq!(
+            run(&mut s, Opcode::RC_SEND_ONLY, 6, 10),
+            Verdict::OutOfSequence
+        );
         assert_eq!(s.epsn.get(), 5, "neither moves the state");
         // Around the 24-bit wrap.
-        let mut w = ResponderSeq { epsn: Psn::new(0xff_ffff), ..Default::default() };
-        assert_eq!(run(&mut w, Opcode::RC_WRITE_ONLY, 0xff_ffff, 8), Verdict::Execute);
+        let mut w = ResponderSeq {
+            epsn: Psn::new(0xff_ffff),
+            ..Default::default()
+        };
+        assert_eq!(
+            run(&mut w, Opcode::RC_WRITE_ONLY, 0xff_ffff, 8),
+            Verdict::Execute
+        );
         assert_eq!(w.epsn.get(), 0);
-        assert_eq!(run(&mut w, Opcode::RC_WRITE_ONLY, 0xff_ffff, 8), Verdict::Duplicate);
+        assert_eq!(
+            run(&mut w, Opcode::RC_WRITE_ONLY, 0xff_ffff, 8),
+            Verdict::Duplicate
+        );
     }
 
     #[test]
     fn opcode_sequence_errors() {
         let mut s = ResponderSeq::default();
-        assert_eq!(run(&mut s, Opcode::RC_SEND_MIDDLE, 0, 1024), Verdict::InvalidRequest, "MIDDLE without FIRST");
-        assert_eq!(run(&mut s, Opcode::RC_WRITE_FIRST, 0, 1024), Verdict::Execute);
-        assert_eq!(run(&mut s, Opcode::RC_SEND_LAST, 1, 10), Verdict::InvalidRequest, "SEND inside a WRITE");
-        assert_eq!(run(&mut s, Opcode::RC_WRITE_ONLY, 1, 10), Verdict::InvalidRequest, "new message inside one");
+        assert_eq!(
+            run(&mut s, Opcode::RC_SEND_MIDDLE, 0, 1024),
+            Verdict::InvalidRequest,
+            "MIDDLE without FIRST"
+        );
+        assert_eq!(
+            run(&mut s, Opcode::RC_WRITE_FIRST, 0, 1024),
+            Verdict::Execute
+        );
+        assert_eq!(
+            run(&mut s, Opcode::RC_SEND_LAST, 1, 10),
+            Verdict::InvalidRequest,
+            "SEND inside a WRITE"
+        );
+        assert_eq!(
+            run(&mut s, Opcode::RC_WRITE_ONLY, 1, 10),
+            Verdict::InvalidRequest,
+            "new message inside one"
+        );
         assert_eq!(run(&mut s, Opcode::RC_WRITE_LAST, 1, 10), Verdict::Execute);
-        assert_eq!(run(&mut s, Opcode::RC_ACK, 2, 0), Verdict::InvalidRequest, "a response is no request");
-        assert_eq!(run(&mut s, Opcode::UD_SEND_ONLY, 2, 0), Verdict::InvalidRequest, "wrong transport");
+        assert_eq!(
+            run(&mut s, Opcode::RC_ACK, 2, 0),
+            Verdict::InvalidRequest,
+            "a response is no request"
+        );
+        assert_eq!(
+            run(&mut s, Opcode::UD_SEND_ONLY, 2, 0),
+            Verdict::InvalidRequest,
+            "wrong transport"
+        );
     }
 
     #[test]
     fn length_rules() {
         let mut s = ResponderSeq::default();
-        assert_eq!(run(&mut s, Opcode::RC_SEND_FIRST, 0, 1000), Verdict::InvalidRequest, "short FIRST");
-        assert_eq!(run(&mut s, Opcode::RC_SEND_ONLY, 0, 1025), Verdict::InvalidRequest, "ONLY over the MTU");
-        assert_eq!(run(&mut s, Opcode::RC_SEND_ONLY, 0, 0), Verdict::Execute, "zero-length SEND");
-        assert_eq!(run(&mut s, Opcode::RC_READ_REQUEST, 1, 4), Verdict::InvalidRequest, "READ request with payload");
+        assert_eq!(
+            run(&mut s, Opcode::RC_SEND_FIRST, 0, 1000),
+            Verdict::InvalidRequest,
+            "short FIRST"
+        );
+        assert_eq!(
+            run(&mut s, Opcode::RC_SEND_ONLY, 0, 1025),
+            Verdict::InvalidRequest,
+            "ONLY over the MTU"
+        );
+        assert_eq!(
+            run(&mut s, Opcode::RC_SEND_ONLY, 0, 0),
+            Verdict::Execute,
+            "zero-length SEND"
+        );
+        assert_eq!(
+            run(&mut s, Opcode::RC_READ_REQUEST, 1, 4),
+            Verdict::InvalidRequest,
+            "READ request with payload"
+        );
     }
 
     #[test]
     fn a_read_consumes_one_psn_per_response_packet() {
-        let mut s = ResponderSeq { epsn: Psn::new(10), ..Default::default() };
+        let mut s = ResponderSeq {
+            epsn: Psn::new(10),
+            ..Default::default()
+        };
         let info = Opcode::RC_READ_REQUEST.info().unwrap();
-        assert_eq!(s.classify(Opcode::RC_READ_REQUEST, &info, Psn::new(10), 0, MTU), Verdict::Execute);
+        assert_eq!(
+            s.classify(Opcode::RC_READ_REQUEST, &info, Psn::new(10), 0, MTU),
+            Verdict::Execute
+        );
         s.advance(&info, 3000, MTU);
         assert_eq!((s.epsn.get(), s.msn), (13, 1));
     }

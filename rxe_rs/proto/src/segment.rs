@@ -60,11 +60,23 @@ pub struct Segment {
 ///
 /// For a READ the single request packet (`index` 0) is returned; its response packets are
 /// numbered the same way by [`read_response_opcode`].
-pub const fn segment(kind: MessageKind, len: u32, mtu: IbMtu, first_psn: Psn, index: u32) -> Segment {
+pub const fn segment(
+    kind: MessageKind,
+    len: u32,
+    mtu: IbMtu,
+    first_psn: Psn,
+    index: u32,
+) -> Segment {
     let count = packet_count(len, mtu);
     let m = mtu.bytes();
     if let MessageKind::Read = kind {
-        return Segment { opcode: Opcode::RC_READ_REQUEST, offset: 0, len: 0, psn: first_psn, last: true };
+        return Segment {
+            opcode: Opcode::RC_READ_REQUEST,
+            offset: 0,
+            len: 0,
+            psn: first_psn,
+            last: true,
+        };
     }
     let first = index == 0;
     // `index < count` for the callers; saturating all the same (a bad index yields an empty
@@ -93,7 +105,13 @@ pub const fn segment(kind: MessageKind, len: u32, mtu: IbMtu, first_psn: Psn, in
         },
         MessageKind::Read => Opcode::RC_READ_REQUEST,
     };
-    Segment { opcode, offset, len: plen, psn: first_psn.add(index), last }
+    Segment {
+        opcode,
+        offset,
+        len: plen,
+        psn: first_psn.add(index),
+        last,
+    }
 }
 
 /// The opcode of READ response packet `index` out of `count`.
@@ -112,22 +130,65 @@ mod tests {
 
     #[test]
     fn small_messages_are_one_only_packet() {
-        let s = segment(MessageKind::Send { imm: false, inv: false }, 0, IbMtu::Mtu1024, Psn::new(5), 0);
-        assert_eq!(s, Segment { opcode: Opcode::RC_SEND_ONLY, offset: 0, len: 0, psn: Psn::new(5), last: true });
-        let s = segment(MessageKind::Write { imm: true }, 1024, IbMtu::Mtu1024, Psn::new(0), 0);
-        assert_eq!((s.opcode, s.len, s.last), (Opcode::RC_WRITE_ONLY_IMM, 1024, true));
+        let s = segment(
+            MessageKind::Send {
+                imm: false,
+                inv: false,
+            },
+            0,
+            IbMtu::Mtu1024,
+            Psn::new(5),
+            0,
+        );
+        assert_eq!(
+            s,
+            Segment {
+                opcode: Opcode::RC_SEND_ONLY,
+                offset: 0,
+                len: 0,
+                psn: Psn::new(5),
+                last: true
+            }
+        );
+        let s = segment(
+            MessageKind::Write { imm: true },
+            1024,
+            IbMtu::Mtu1024,
+            Psn::new(0),
+            0,
+        );
+        assert_eq!(
+            (s.opcode, s.len, s.last),
+            (Opcode::RC_WRITE_ONLY_IMM, 1024, true)
+        );
     }
 
     #[test]
     fn a_message_is_cut_at_the_mtu() {
-        let kind = MessageKind::Send { imm: true, inv: false };
+        let kind = MessageKind::Send {
+            imm: true,
+            inv: false,
+        };
         let len = 2 * 1024 + 3;
         assert_eq!(packet_count(len, IbMtu::Mtu1024), 3);
-        let ops: [_; 3] = core::array::from_fn(|i| segment(kind, len, IbMtu::Mtu1024, Psn::new(0xff_fffe), i as u32));
-        assert_eq!(ops.map(|s| s.opcode), [Opcode::RC_SEND_FIRST, Opcode::RC_SEND_MIDDLE, Opcode::RC_SEND_LAST_IMM]);
+        let ops: [_; 3] = core::array::from_fn(|i| {
+            segment(kind, len, IbMtu::Mtu1024, Psn::new(0xff_fffe), i as u32)
+        });
+        assert_eq!(
+            ops.map(|s| s.opcode),
+            [
+                Opcode::RC_SEND_FIRST,
+                Opcode::RC_SEND_MIDDLE,
+                Opcode::RC_SEND_LAST_IMM
+            ]
+        );
         assert_eq!(ops.map(|s| s.len), [1024, 1024, 3]);
         assert_eq!(ops.map(|s| s.offset), [0, 1024, 2048]);
-        assert_eq!(ops.map(|s| s.psn.get()), [0xff_fffe, 0xff_ffff, 0], "PSN wraps");
+        assert_eq!(
+            ops.map(|s| s.psn.get()),
+            [0xff_fffe, 0xff_ffff, 0],
+            "PSN wraps"
+        );
         assert_eq!(pad_of(3), 1);
         assert_eq!(pad_of(1024), 0);
         assert_eq!(pad_of(1), 3);
@@ -135,11 +196,27 @@ mod tests {
 
     #[test]
     fn writes_and_reads() {
-        let w: [_; 2] = core::array::from_fn(|i| segment(MessageKind::Write { imm: false }, 4096, IbMtu::Mtu2048, Psn::new(1), i as u32).opcode);
+        let w: [_; 2] = core::array::from_fn(|i| {
+            segment(
+                MessageKind::Write { imm: false },
+                4096,
+                IbMtu::Mtu2048,
+                Psn::new(1),
+                i as u32,
+            )
+            .opcode
+        });
         assert_eq!(w, [Opcode::RC_WRITE_FIRST, Opcode::RC_WRITE_LAST]);
         let r = segment(MessageKind::Read, 1 << 20, IbMtu::Mtu4096, Psn::new(9), 0);
-        assert_eq!((r.opcode, r.len, r.last), (Opcode::RC_READ_REQUEST, 0, true));
-        assert_eq!(packet_count(1 << 20, IbMtu::Mtu4096), 256, "PSNs a 1 MiB READ consumes");
+        assert_eq!(
+            (r.opcode, r.len, r.last),
+            (Opcode::RC_READ_REQUEST, 0, true)
+        );
+        assert_eq!(
+            packet_count(1 << 20, IbMtu::Mtu4096),
+            256,
+            "PSNs a 1 MiB READ consumes"
+        );
         assert_eq!(read_response_opcode(0, 1), Opcode::RC_READ_RESPONSE_ONLY);
         assert_eq!(read_response_opcode(0, 3), Opcode::RC_READ_RESPONSE_FIRST);
         assert_eq!(read_response_opcode(1, 3), Opcode::RC_READ_RESPONSE_MIDDLE);

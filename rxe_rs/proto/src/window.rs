@@ -25,7 +25,10 @@ pub struct SendWindow {
 
 impl Default for SendWindow {
     fn default() -> Self {
-        Self { limit: MAX_WINDOW, backoff: 0 }
+        Self {
+            limit: MAX_WINDOW,
+            backoff: 0,
+        }
     }
 }
 
@@ -93,7 +96,11 @@ mod tests {
         for _ in 0..20 {
             w.on_timeout();
         }
-        assert_eq!(w.ack_timeout_ns(14), Some(67_108_864 << MAX_BACKOFF), "bounded");
+        assert_eq!(
+            w.ack_timeout_ns(14),
+            Some(67_108_864 << MAX_BACKOFF),
+            "bounded"
+        );
         assert_eq!(w.ack_timeout_ns(0), None, "0 still means forever");
         w.on_progress();
         assert_eq!(w.ack_timeout_ns(14), Some(67_108_864));

@@ -61,7 +61,12 @@ impl Frame {
     // A frame is never empty (it has headers at least): no `is_empty` to go with this.
     #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> Option<usize> {
-        Some(self.payload_offset()? + self.payload_len as usize + pad_of(self.payload_len) as usize + ICRC_BYTES)
+        Some(
+            self.payload_offset()?
+                + self.payload_len as usize
+                + pad_of(self.payload_len) as usize
+                + ICRC_BYTES,
+        )
     }
 
     /// Writes the headers (everything before the payload) and zeroes the pad into `buf`, which
@@ -89,7 +94,9 @@ impl Frame {
             }
             (Family::Ipv6(src), Family::Ipv6(dst)) => {
                 let h = &mut buf[..IPV6_HDR_BYTES];
-                let word = (6u32 << 28) | (u32::from(self.av.traffic_class) << 20) | (self.av.flow_label & 0xf_ffff);
+                let word = (6u32 << 28)
+                    | (u32::from(self.av.traffic_class) << 20)
+                    | (self.av.flow_label & 0xf_ffff);
                 h[0..4].copy_from_slice(&word.to_be_bytes());
                 h[4..6].copy_from_slice(&((total - IPV6_HDR_BYTES) as u16).to_be_bytes());
                 h[6] = IPPROTO_UDP;
@@ -106,7 +113,10 @@ impl Frame {
         udp[4..6].copy_from_slice(&((total - ip_len) as u16).to_be_bytes());
         udp[6..8].copy_from_slice(&[0, 0]); // no UDP checksum: the ICRC covers the packet
         let mut at = ip_len + UDP_HDR_BYTES;
-        let bth = Bth { pad: pad_of(self.payload_len), ..self.bth };
+        let bth = Bth {
+            pad: pad_of(self.payload_len),
+            ..self.bth
+        };
         bth.write(&mut buf[at..at + BTH_BYTES]);
         at += BTH_BYTES;
         if let Some(reth) = &self.reth {
@@ -184,7 +194,14 @@ mod tests {
         Frame {
             av,
             sport: qp_source_port(17),
-            bth: Bth { opcode: opcode.0, pkey: 0xffff, dest_qp: 0x11, psn: Psn::new(7), ack_req: true, ..Default::default() },
+            bth: Bth {
+                opcode: opcode.0,
+                pkey: 0xffff,
+                dest_qp: 0x11,
+                psn: Psn::new(7),
+                ack_req: true,
+                ..Default::default()
+            },
             reth: None,
             aeth: None,
             immdt: None,
@@ -202,13 +219,26 @@ mod tests {
 
     #[test]
     fn a_built_ipv4_write_parses_back() {
-        let av = AddressVector { sgid: v4([10, 0, 0, 1]), dgid: v4([10, 0, 0, 2]), hop_limit: 64, ..Default::default() };
+        let av = AddressVector {
+            sgid: v4([10, 0, 0, 1]),
+            dgid: v4([10, 0, 0, 2]),
+            hop_limit: 64,
+            ..Default::default()
+        };
         let mut f = frame(av, Opcode::RC_WRITE_ONLY_IMM, 13);
-        f.reth = Some(Reth { va: 0x1000, rkey: 0x1234, dma_len: 13 });
+        f.reth = Some(Reth {
+            va: 0x1000,
+            rkey: 0x1234,
+            dma_len: 13,
+        });
         f.immdt = Some([1, 2, 3, 4]);
         let buf = build(&f, 0x5a);
         assert_eq!(buf.len(), 20 + 8 + 12 + 16 + 4 + 13 + 3 + 4);
-        assert_eq!(ipv4_checksum(&buf[..20]), u16::from_be_bytes([buf[10], buf[11]]), "header checksum");
+        assert_eq!(
+            ipv4_checksum(&buf[..20]),
+            u16::from_be_bytes([buf[10], buf[11]]),
+            "header checksum"
+        );
         let d = parse(&buf, &SoftCrc32).unwrap();
         assert_eq!(d.bth.op(), Opcode::RC_WRITE_ONLY_IMM);
         assert_eq!((d.bth.pad, d.bth.psn.get(), d.bth.dest_qp), (3, 7, 0x11));
@@ -224,12 +254,25 @@ mod tests {
         s[15] = 1;
         let mut d6 = s;
         d6[15] = 2;
-        let av = AddressVector { sgid: s, dgid: d6, hop_limit: 255, flow_label: 0x12345, traffic_class: 3 };
+        let av = AddressVector {
+            sgid: s,
+            dgid: d6,
+            hop_limit: 255,
+            flow_label: 0x12345,
+            traffic_class: 3,
+        };
         let mut f = frame(av, Opcode::RC_ACK, 0);
-        f.aeth = Some(Aeth { syndrome: Syndrome::Nak(NakCode::PsnSequenceError), msn: 5 });
+        f.aeth = Some(Aeth {
+            syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+            msn: 5,
+        });
         let buf = build(&f, 0);
         assert_eq!(buf.len(), 40 + 8 + 12 + 4 + 4);
-        assert_eq!(&buf[..4], &[0x60, 0x31, 0x23, 0x45], "version, class, flow label");
+        assert_eq!(
+            &buf[..4],
+            &[0x60, 0x31, 0x23, 0x45],
+            "version, class, flow label"
+        );
         let d = parse(&buf, &SoftCrc32).unwrap();
         assert_eq!(Aeth::parse(d.ext_headers), f.aeth);
         assert!(d.payload.is_empty());
@@ -239,10 +282,21 @@ mod tests {
     fn mixed_families_and_wrong_buffers_are_refused() {
         let mut s = [0u8; 16];
         s[0] = 0xfd;
-        let av = AddressVector { sgid: s, dgid: v4([10, 0, 0, 2]), ..Default::default() };
+        let av = AddressVector {
+            sgid: s,
+            dgid: v4([10, 0, 0, 2]),
+            ..Default::default()
+        };
         assert_eq!(frame(av, Opcode::RC_SEND_ONLY, 1).len(), None);
-        let ok = AddressVector { sgid: v4([1, 1, 1, 1]), dgid: v4([2, 2, 2, 2]), ..Default::default() };
-        assert_eq!(frame(ok, Opcode::RC_SEND_ONLY, 1).write_headers(&mut [0u8; 10]), None);
+        let ok = AddressVector {
+            sgid: v4([1, 1, 1, 1]),
+            dgid: v4([2, 2, 2, 2]),
+            ..Default::default()
+        };
+        assert_eq!(
+            frame(ok, Opcode::RC_SEND_ONLY, 1).write_headers(&mut [0u8; 10]),
+            None
+        );
     }
 
     #[test]

@@ -15,7 +15,10 @@ const PCAP: &[u8] = include_bytes!("data/rdma_rxe.pcap");
 /// The RoCEv2 datagrams of the capture: (IP packet from the IP header on, incl. ICRC).
 fn roce_packets() -> Vec<&'static [u8]> {
     let magic = u32::from_le_bytes(PCAP[0..4].try_into().unwrap());
-    assert!(magic == 0xa1b2c3d4 || magic == 0xa1b23c4d, "little-endian pcap");
+    assert!(
+        magic == 0xa1b2c3d4 || magic == 0xa1b23c4d,
+        "little-endian pcap"
+    );
     let linktype = u32::from_le_bytes(PCAP[20..24].try_into().unwrap());
     assert_eq!(linktype, 1, "Ethernet");
     let mut out = Vec::new();
@@ -51,10 +54,17 @@ fn parse(pkt: &'static [u8]) -> Packet {
     let ip_len = if pkt[0] >> 4 == 4 { 20 } else { 40 };
     let transport = &pkt[ip_len + 8..pkt.len() - ICRC_BYTES];
     let bth = Bth::parse(transport).expect("BTH");
-    let info = bth.op().info().unwrap_or_else(|| panic!("unknown opcode {:#x}", bth.opcode));
+    let info = bth
+        .op()
+        .info()
+        .unwrap_or_else(|| panic!("unknown opcode {:#x}", bth.opcode));
     let hdr = info.header_len();
     assert!(transport.len() >= hdr + bth.pad as usize);
-    Packet { bth, rest: &transport[12..], payload: transport.len() - hdr - bth.pad as usize }
+    Packet {
+        bth,
+        rest: &transport[12..],
+        payload: transport.len() - hdr - bth.pad as usize,
+    }
 }
 
 #[test]
@@ -79,7 +89,12 @@ fn our_icrc_matches_every_packet() {
     for pkt in roce_packets() {
         let (body, crc) = pkt.split_at(pkt.len() - ICRC_BYTES);
         let want = u32::from_le_bytes(crc.try_into().unwrap());
-        assert_eq!(icrc(&SoftCrc32, body), Some(want), "ICRC of {:02x?}", &body[..48.min(body.len())]);
+        assert_eq!(
+            icrc(&SoftCrc32, body),
+            Some(want),
+            "ICRC of {:02x?}",
+            &body[..48.min(body.len())]
+        );
     }
 }
 
@@ -128,18 +143,28 @@ fn messages_are_segmented_as_we_segment_them() {
     for first in &packets {
         let qp = first.bth.dest_qp;
         let (kind, len) = match first.bth.op() {
-            Opcode::RC_WRITE_FIRST => (MessageKind::Write { imm: false }, Reth::parse(first.rest).unwrap().dma_len),
+            Opcode::RC_WRITE_FIRST => (
+                MessageKind::Write { imm: false },
+                Reth::parse(first.rest).unwrap().dma_len,
+            ),
             Opcode::RC_SEND_FIRST => {
                 // The length of a SEND is the sum of its packets' payloads.
                 let mut len = 0;
                 for index in 0.. {
-                    let p = request_at(&packets, qp, first.bth.psn.add(index)).expect("whole message captured");
+                    let p = request_at(&packets, qp, first.bth.psn.add(index))
+                        .expect("whole message captured");
                     len += p.payload as u32;
                     if p.bth.op().info().unwrap().is_last {
                         break;
                     }
                 }
-                (MessageKind::Send { imm: false, inv: false }, len)
+                (
+                    MessageKind::Send {
+                        imm: false,
+                        inv: false,
+                    },
+                    len,
+                )
             }
             _ => continue,
         };
@@ -159,14 +184,23 @@ fn read_responses_follow_the_request() {
     let mtu = IbMtu::Mtu1024;
     let packets: Vec<Packet> = roce_packets().into_iter().map(parse).collect();
     let mut checked = 0;
-    for req in packets.iter().filter(|p| p.bth.op() == Opcode::RC_READ_REQUEST) {
+    for req in packets
+        .iter()
+        .filter(|p| p.bth.op() == Opcode::RC_READ_REQUEST)
+    {
         let reth = Reth::parse(req.rest).unwrap();
         let count = packet_count(reth.dma_len, mtu);
         for index in 0..count {
             let psn = req.bth.psn.add(index);
             let resp = packets
                 .iter()
-                .find(|p| p.bth.psn == psn && p.bth.op().info().is_some_and(|i| i.is_read && !i.is_request))
+                .find(|p| {
+                    p.bth.psn == psn
+                        && p.bth
+                            .op()
+                            .info()
+                            .is_some_and(|i| i.is_read && !i.is_request)
+                })
                 .expect("a response for each PSN");
             assert_eq!(resp.bth.op(), read_response_opcode(index, count));
         }
@@ -188,7 +222,10 @@ fn our_validation_accepts_every_packet() {
 /// IP and UDP headers (the IP ID aside, which is free with DF), transport headers, pad and ICRC.
 #[test]
 fn our_frame_writer_reproduces_every_packet() {
-    use rxe_rs_proto::{av::AddressVector, wire::{seal, Frame}};
+    use rxe_rs_proto::{
+        av::AddressVector,
+        wire::{seal, Frame},
+    };
     for pkt in roce_packets() {
         assert_eq!(pkt[0], 0x45, "the capture is IPv4");
         let d = rxe_rs_proto::packet::parse(pkt, &SoftCrc32).unwrap();
@@ -199,15 +236,27 @@ fn our_frame_writer_reproduces_every_packet() {
             g[12..].copy_from_slice(a);
             g
         };
-        let av = AddressVector { sgid: gid(&pkt[12..16]), dgid: gid(&pkt[16..20]), flow_label: 0, hop_limit: pkt[8], traffic_class: pkt[1] };
+        let av = AddressVector {
+            sgid: gid(&pkt[12..16]),
+            dgid: gid(&pkt[16..20]),
+            flow_label: 0,
+            hop_limit: pkt[8],
+            traffic_class: pkt[1],
+        };
         let ext = d.ext_headers;
         let frame = Frame {
             av,
             sport: u16::from_be_bytes([pkt[20], pkt[21]]),
             bth: d.bth,
             reth: d.info.reth.then(|| Reth::parse(ext).unwrap()),
-            aeth: d.info.aeth.then(|| Aeth::parse(&ext[if d.info.reth { 16 } else { 0 }..]).unwrap()),
-            immdt: d.info.immdt.then(|| ext[ext.len() - 4..].try_into().unwrap()),
+            aeth: d
+                .info
+                .aeth
+                .then(|| Aeth::parse(&ext[if d.info.reth { 16 } else { 0 }..]).unwrap()),
+            immdt: d
+                .info
+                .immdt
+                .then(|| ext[ext.len() - 4..].try_into().unwrap()),
             payload_len: d.payload.len() as u32,
         };
         let mut buf = vec![0u8; frame.len().unwrap()];
@@ -217,6 +266,12 @@ fn our_frame_writer_reproduces_every_packet() {
         buf[4..6].copy_from_slice(&pkt[4..6]);
         buf[10..12].copy_from_slice(&pkt[10..12]);
         seal(&mut buf, &SoftCrc32).unwrap();
-        assert_eq!(&buf[..], pkt, "opcode {:#x} psn {}", d.bth.opcode, d.bth.psn.get());
+        assert_eq!(
+            &buf[..],
+            pkt,
+            "opcode {:#x} psn {}",
+            d.bth.opcode,
+            d.bth.psn.get()
+        );
     }
 }
