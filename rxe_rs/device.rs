@@ -3,7 +3,6 @@
 
 use crate::{
     counters::{self, Counters},
-    cq::RxeCq,
     kext::{
         bindings,
         ib::{
@@ -15,12 +14,13 @@ use crate::{
         umem::random_u32,
     },
     limits,
-    mr::{self, Backing, MrInner, RxeMr},
-    pd::RxePd,
     proto::{addr::eui64_from_mac, mtu::IbMtu},
     qp::{QpInner, RxeQp},
     table::IndexTable,
     uapi,
+    verbs::cq::RxeCq,
+    verbs::mr::{self, Backing, MrInner, RxeMr},
+    verbs::pd::RxePd,
 };
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use kernel::{prelude::*, sync::Arc, types::ARef};

@@ -1,31 +1,28 @@
 // SPDX-License-Identifier: GPL-2.0
 //! rxe_rs: soft-RoCE (RoCEv2 over UDP 4791) RDMA provider, in Rust.
 //!
-//! Layers, bottom up:
+//! Layers, bottom up (Documentation/design.md draws them):
 //! - [`kext`]: the only FFI and `unsafe` code: safe types over the RDMA core, net devices,
 //!   UDP tunnel sockets and skbs the `kernel` crate of 6.12 does not cover;
 //! - [`proto`] and [`uapi`]: plain `core` Rust shared with the host (protocol engine, unit-tested
 //!   with `cargo test`) and with the user-space provider (the user ABI);
-//! - the driver: [`device`] (the `ib_device`), [`link`] (`rdma link add`), [`netdev_events`]
-//!   (port state follows the netdev), [`recv`] (the UDP 4791 receive path).
+//! - [`counters`], [`limits`], [`table`]: what every part of the driver counts, caps and indexes;
+//! - [`verbs`]: PDs, MRs (and the copy through them), CQs;
+//! - [`qp`]: the queue pair, its state machine and its three engines (requester, completer,
+//!   responder); [`net`]: the receive path (UDP 4791) and transmission;
+//! - [`device`] (the `ib_device`), [`link`] (`rdma link add`), [`netdev_events`] (port state
+//!   follows the netdev).
 
-mod completer;
 mod counters;
-mod cq;
 mod device;
 mod kext;
 mod limits;
 mod link;
-mod mr;
+mod net;
 mod netdev_events;
-mod pd;
 mod qp;
-mod recv;
-mod requester;
-mod responder;
-mod sgl;
 mod table;
-mod transmit;
+mod verbs;
 
 #[path = "proto/src/lib.rs"]
 #[allow(dead_code, unreachable_pub, unused_imports)] // shared with the host and the provider
@@ -51,12 +48,12 @@ struct RxeRsModule {
     /// `Some` until drop takes it first, so no new device appears while the rest goes.
     link: Option<Pin<KBox<kext::link::LinkRegistration<link::RxeLink>>>>,
     _notifier: Pin<KBox<kext::netdev::NotifierRegistration<netdev_events::PortTracker>>>,
-    _sockets: recv::Sockets,
+    _sockets: net::recv::Sockets,
 }
 
 impl kernel::Module for RxeRsModule {
     fn init(_module: &'static ThisModule) -> Result<Self> {
-        let sockets = recv::Sockets::bind()?;
+        let sockets = net::recv::Sockets::bind()?;
         let notifier = KBox::pin_init(kext::netdev::NotifierRegistration::register(), GFP_KERNEL)?;
         let link = KBox::pin_init(kext::link::LinkRegistration::register(), GFP_KERNEL)?;
         pr_info!("loaded\n");

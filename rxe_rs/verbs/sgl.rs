@@ -11,8 +11,8 @@
 use crate::{
     device::RxeDevice,
     kext::ib::access,
-    mr::{MrInner, PdId},
     uapi::{wc_status, Sge},
+    verbs::mr::{MrInner, PdId},
 };
 use core::ops::Range;
 

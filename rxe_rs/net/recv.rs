@@ -2,7 +2,6 @@
 //! The receive side of UDP port 4791.
 
 use crate::{
-    completer,
     counters::Counter,
     device::RxeDevice,
     kext::{
@@ -14,7 +13,8 @@ use crate::{
         udp_tunnel::{EncapReceiver, UdpTunnel},
     },
     proto::packet::{self, DropReason},
-    responder,
+    qp::completer,
+    qp::responder,
 };
 use kernel::prelude::*;
 

@@ -4,5 +4,5 @@
 /// A protection domain.
 pub(crate) struct RxePd {
     /// Unique per device: MRs and QPs record it to check they share a PD.
-    pub(crate) id: crate::mr::PdId,
+    pub(crate) id: crate::verbs::mr::PdId,
 }

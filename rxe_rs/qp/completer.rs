@@ -5,7 +5,6 @@
 
 use crate::{
     counters::Counter,
-    cq::RxeCq,
     device::RxeDevice,
     kext::{ib::Device, mmap::RingIndex},
     proto::{
@@ -15,11 +14,12 @@ use crate::{
         psn::Psn,
         timers::{rnr_delay_ns, RETRY_FOREVER},
     },
+    qp::requester::{Requester, SendWork},
+    qp::responder::check_admitted,
     qp::{state, QpInner, QpState},
-    requester::{Requester, SendWork},
-    responder::check_admitted,
-    sgl,
     uapi::{send_flags, wc_status, Cqe},
+    verbs::cq::RxeCq,
+    verbs::sgl,
 };
 
 /// Completes the oldest WQE with `status` (a CQE if it failed or asked for one) and hands its

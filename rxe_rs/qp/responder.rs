@@ -13,13 +13,13 @@ use kernel::{prelude::*, sync::Arc};
 
 use crate::{
     counters::Counter,
-    cq::RxeCq,
     device::RxeDevice,
     kext::{
         ib::{access, Device},
         mmap::RingIndex,
     },
     limits,
+    net::transmit::{Transmitter, TxError},
     proto::{
         admit::{admit, Refusal},
         av::AddressVector,
@@ -32,11 +32,11 @@ use crate::{
         segment::packet_count,
         wire::Frame,
     },
+    qp::requester::bth,
     qp::{self, state, QpInner, QpState},
-    requester::bth,
-    sgl,
-    transmit::{Transmitter, TxError},
     uapi::{wc_flags, wc_opcode, wc_status, Cqe, RecvWqe, Sge},
+    verbs::cq::RxeCq,
+    verbs::sgl,
 };
 
 /// A receive WQE taken from the RQ, and how far a message has filled it.
@@ -200,7 +200,7 @@ fn take_recv_wqe(
 /// `max_msg_sz` fails as one longer than the buffers.
 fn scatter(
     dev: &Device<RxeDevice>,
-    pd: crate::mr::PdId,
+    pd: crate::verbs::mr::PdId,
     recv: &mut RecvInProgress,
     data: &[u8],
 ) -> core::result::Result<(), u32> {

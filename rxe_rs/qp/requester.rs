@@ -7,7 +7,7 @@ use crate::{
     device::RxeDevice,
     kext::{ib::Device, mmap::RingIndex},
     limits,
-    mr::PdId,
+    net::transmit::{Transmitter, TxError},
     proto::{
         av::AddressVector,
         headers::{Bth, Reth},
@@ -19,9 +19,9 @@ use crate::{
         wire::Frame,
     },
     qp::{state, QpInner, QpState},
-    sgl,
-    transmit::{Transmitter, TxError},
     uapi::{send_flags, send_opcode, wc_opcode, wc_status, SendWqe, Sge},
+    verbs::mr::PdId,
+    verbs::sgl,
 };
 use kernel::prelude::*;
 

@@ -1,9 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 //! Queue pairs (RC): creation with user-mapped send and receive rings, and the IB state machine
-//! with the attributes each transition carries.
+//! with the attributes each transition carries. Its three engines, each a child module:
+//! the [`requester`] sends, the [`completer`] turns responses into completions, the
+//! [`responder`] executes what the peer asks.
+
+pub(crate) mod completer;
+pub(crate) mod requester;
+pub(crate) mod responder;
 
 use crate::{
-    completer,
     counters::Counter,
     device::RxeDevice,
     kext::{
@@ -12,11 +17,9 @@ use crate::{
         timer::{Timer, TimerOwner},
         work,
     },
-    mr::PdId,
     proto::wire::qp_source_port,
-    requester::{self, Requester, RunEnd},
-    responder::{self, Responder},
     uapi::{wc_status, RING_FLAG_FLUSH},
+    verbs::mr::PdId,
 };
 use crate::{
     kext::{
@@ -37,6 +40,8 @@ use kernel::{
     sync::Arc,
     workqueue::{self, impl_has_work, Work, WorkItem},
 };
+use requester::{Requester, RunEnd};
+use responder::Responder;
 
 /// `enum ib_qp_state` values.
 #[allow(missing_docs)]

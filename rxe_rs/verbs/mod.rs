@@ -1,0 +1,8 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The verbs objects other than the QP: protection domains, memory regions (and the copy of
+//! bytes through them), completion queues.
+
+pub(crate) mod cq;
+pub(crate) mod mr;
+pub(crate) mod pd;
+pub(crate) mod sgl;

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The demo's guest script (scripts/demo-guest.sh, what `make run` shows a user) on the pair of
+# VMs, with its output checked: the device shows up ACTIVE, ibv_rc_pingpong runs over the IPv4
+# GID with its payload checked, ib_write_bw reports its bandwidth line, and no shell error.
+source "$RXE_RS_ROOT/selftests/guest/pair.sh"
+source "$RXE_RS_ROOT/selftests/guest/lib.sh"
+
+ktap_print_header
+ktap_set_plan 6
+reset_or_bail
+log=$(mktemp)
+timeout 900 bash "$RXE_RS_ROOT/scripts/demo-guest.sh" >"$log" 2>&1
+rc=$?
+sed 's/^/# /' "$log"
+printed() { grep -qE -- "$1" "$log"; }
+not_printed() { ! grep -qE -- "$1" "$log"; }
+me=$(ip -o -4 addr show | grep -oE '10\.10\.0\.[12]' | head -1)
+check "demo: the guest script exits 0" test "$rc" -eq 0
+check "demo: no shell error" not_printed 'command not found|No such file|syntax error'
+check "demo: rxers0 ACTIVE in ibv_devinfo" printed 'state:[[:space:]]+PORT_ACTIVE'
+check "demo: ibv_rc_pingpong uses the GID of $me" printed "local address: .*GID ::ffff:$me"
+check "demo: ibv_rc_pingpong moved 100 x 4096 B, payload checked" printed '^819200 bytes in [0-9.]+ seconds'
+check "demo: ib_write_bw reports 200 x 64 KiB" printed '^ *65536 +200 +[0-9.]+'
+rm -f "$log"
+rdma link delete rxers0 2>/dev/null
+reset_modules
+ktap_finished
