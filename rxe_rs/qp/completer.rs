@@ -8,13 +8,14 @@ use crate::{
     device::RxeDevice,
     kext::{ib::Device, mmap::RingIndex},
     proto::{
-        completer::{on_aeth, unacknowledged_from, AckOutcome, AfterAck, RemoteError, Span},
+        completer::{on_aeth, unacknowledged_from, AckOutcome, AfterAck, RemoteError},
         headers::Aeth,
         packet::Datagram,
         psn::Psn,
+        send_queue::ReadResponse,
         timers::{rnr_delay_ns, RETRY_FOREVER},
     },
-    qp::requester::{Requester, SendWork},
+    qp::requester::{wc_opcode, Requester},
     qp::responder::check_admitted,
     qp::{state, QpInner, QpState},
     uapi::{send_flags, wc_status, Cqe},
@@ -25,16 +26,16 @@ use crate::{
 /// Completes the oldest WQE with `status` (a CQE if it failed or asked for one) and hands its
 /// slot back to the process.
 pub(crate) fn retire(qp: &QpInner, req: &mut Requester, status: u32) {
-    let index = req.consumer;
-    let w = *req.work(index);
-    if w.is_read() {
+    let wqe = *req.wqe(req.q.consumer);
+    let w = req.q.retire();
+    if w.is_read {
         req.reads.received_before(w.last_psn().add(1)); // flushed: nothing more is asked for
     }
-    if status != wc_status::SUCCESS || qp.sq_sig_all || w.wqe.flags & send_flags::SIGNALED != 0 {
+    if status != wc_status::SUCCESS || qp.sq_sig_all || wqe.flags & send_flags::SIGNALED != 0 {
         let cqe = Cqe {
-            wr_id: w.wqe.wr_id,
+            wr_id: wqe.wr_id,
             status,
-            opcode: w.wc_opcode(),
+            opcode: wc_opcode(wqe.opcode),
             byte_len: w.len,
             qp_num: qp.qpn,
             ..Default::default()
@@ -44,64 +45,7 @@ pub(crate) fn retire(qp: &QpInner, req: &mut Requester, status: u32) {
             qp.completion_lost();
         }
     }
-    if req.cur == index {
-        req.cur = index.wrapping_add(1);
-    }
-    req.consumer = index.wrapping_add(1);
-    if req.started_end == index {
-        req.started_end = req.consumer; // retired without sending (flushed)
-    }
-    qp.sq.store(RingIndex::Consumer, req.consumer);
-}
-
-/// Sends again from `psn` (which a WQE in flight uses): every packet from there on. A stale
-/// PSN (no WQE in flight uses it) changes nothing.
-pub(crate) fn rewind(req: &mut Requester, psn: Psn) {
-    let within = |w: &SendWork| psn.diff(w.first_psn) >= 0 && psn.diff(w.last_psn()) <= 0;
-    // The WQE at `cur` may be partly sent: it counts as in flight.
-    let end = if req.cur != req.fetched {
-        req.cur.wrapping_add(1)
-    } else {
-        req.cur
-    };
-    let mut index = req.consumer;
-    while index != end && !within(req.work(index)) {
-        index = index.wrapping_add(1);
-    }
-    if index == end {
-        return;
-    }
-    let mut i = index;
-    while i != end {
-        let w = req.work_mut(i);
-        // A READ asks again from its first missing response, anything else resends from `psn`.
-        w.sent = if w.is_read() {
-            w.read_got
-        } else if i == index {
-            psn.diff(w.first_psn) as u32
-        } else {
-            0
-        };
-        i = i.wrapping_add(1);
-    }
-    req.cur = index;
-}
-
-/// After a rewind, packets the peer has since acknowledged need not go again: the WQE being
-/// sent resumes past them (at its last packet at most, whose ACK completes it).
-fn skip_acknowledged(req: &mut Requester) {
-    if req.cur == req.fetched {
-        return;
-    }
-    let acked = req.acked_psn;
-    let w = req.work_mut(req.cur);
-    if w.is_read() || w.npkts == 0 {
-        return;
-    }
-    let done = acked.diff(w.first_psn);
-    if done > w.sent as i32 {
-        w.sent = (done as u32).min(w.npkts - 1);
-    }
+    qp.sq.store(RingIndex::Consumer, req.q.consumer);
 }
 
 /// Arms the retransmission timer if packets are outstanding (and `timeout` is not infinite).
@@ -138,7 +82,7 @@ fn handle_response_locked(
     // stale, or forged by someone guessing (a blind ACK must not complete WQEs whose data
     // never arrived).
     let psn = d.bth.psn;
-    if psn.diff(s.req.acked_psn) < 0 || psn.diff(s.req.sent_end) >= 0 {
+    if psn.diff(s.req.q.acked_psn) < 0 || psn.diff(s.req.q.sent_end) >= 0 {
         return Counter::RcvdStaleResponse;
     }
     let aeth = if d.info.aeth {
@@ -149,8 +93,8 @@ fn handle_response_locked(
     if d.info.aeth && aeth.is_none() {
         return Counter::RcvdMalformed;
     }
-    let progress_from = s.req.consumer;
-    let acked_before = s.req.acked_psn;
+    let progress_from = s.req.q.consumer;
+    let acked_before = s.req.q.acked_psn;
     let outcome = if d.info.is_read {
         read_response(dev, qp, s, d, psn)
     } else if d.info.atomic_ack_eth {
@@ -169,7 +113,7 @@ fn handle_response_locked(
         return counter;
     }
     // Forward progress resets the retry budget and restarts the timer.
-    if (s.req.consumer != progress_from || s.req.acked_psn != acked_before) && !s.req.rnr_wait {
+    if (s.req.q.consumer != progress_from || s.req.q.acked_psn != acked_before) && !s.req.rnr_wait {
         s.req.window.on_progress();
         s.req.retries_left = s.attrs.retry_cnt;
         s.req.timer_armed = false;
@@ -190,42 +134,34 @@ fn remote_status(e: RemoteError) -> u32 {
 
 /// An ACK or NAK.
 fn ack(qp: &QpInner, s: &mut QpState, aeth: Aeth, psn: Psn) -> core::result::Result<(), Counter> {
-    let req = &s.req;
-    let spans = SpanIter {
-        req,
-        index: req.consumer,
-    };
-    let AckOutcome { completed, then } = on_aeth(spans, aeth.syndrome, psn);
+    let AckOutcome { completed, then } = on_aeth(s.req.q.in_flight_spans(), aeth.syndrome, psn);
     for _ in 0..completed {
         retire(qp, &mut s.req, wc_status::SUCCESS);
     }
-    let through = unacknowledged_from(fetched_spans(&s.req), aeth.syndrome, psn);
-    if through.diff(s.req.acked_psn) > 0 && through.diff(s.req.next_psn) <= 0 {
-        s.req.acked_psn = through;
-        skip_acknowledged(&mut s.req);
-    }
+    let through = unacknowledged_from(s.req.q.fetched_spans(), aeth.syndrome, psn);
+    s.req.q.acknowledge_through(through);
     match then {
         AfterAck::Nothing => {}
         AfterAck::RetryFrom(p) => {
             qp.count(Counter::Retransmits);
-            rewind(&mut s.req, p);
+            s.req.q.rewind(p);
         }
         AfterAck::RnrRetry(timer, p) => {
             qp.count(Counter::RcvdRnrNak);
             if s.req.rnr_left == 0 {
                 qp.count(Counter::RetryRnrExceededErr);
-                qp.fail(s, s.req.consumer, wc_status::RNR_RETRY_EXC_ERR);
+                qp.fail(s, s.req.q.consumer, wc_status::RNR_RETRY_EXC_ERR);
                 return Ok(());
             }
             if s.req.rnr_left != RETRY_FOREVER {
                 s.req.rnr_left -= 1;
             }
-            rewind(&mut s.req, p);
+            s.req.q.rewind(p);
             s.req.rnr_wait = true;
             s.req.timer_armed = true;
             qp.arm_timer(rnr_delay_ns(timer));
         }
-        AfterAck::Fail(e) => qp.fail(s, s.req.consumer, remote_status(e)),
+        AfterAck::Fail(e) => qp.fail(s, s.req.q.consumer, remote_status(e)),
     }
     Ok(())
 }
@@ -240,43 +176,27 @@ fn read_response(
     psn: Psn,
 ) -> core::result::Result<(), Counter> {
     // Retire what precedes the READ this response belongs to.
-    loop {
-        if s.req.consumer == s.req.cur
-            && (s.req.cur == s.req.fetched || s.req.work(s.req.cur).sent == 0)
-        {
-            return Err(Counter::RcvdStaleResponse);
-        }
-        let w = *s.req.work(s.req.consumer);
-        if psn.diff(w.first_psn) >= 0 && psn.diff(w.last_psn()) <= 0 {
-            if !w.is_read() || w.sent == 0 {
+    let index = loop {
+        match s.req.q.read_response(psn) {
+            ReadResponse::Stale => return Err(Counter::RcvdStaleResponse),
+            ReadResponse::RetireOldest => retire(qp, &mut s.req, wc_status::SUCCESS),
+            ReadResponse::EarlierReadIncomplete(from) => {
+                // Responses to a later READ before this one finished: ours were lost.
+                ask_again(qp, &mut s.req, from);
                 return Err(Counter::RcvdStaleResponse);
             }
-            break;
+            ReadResponse::Duplicate => return Err(Counter::DuplicateRequest),
+            ReadResponse::Gap(from) => {
+                // A gap in the responses: ask again from the first missing one.
+                if let Some(from) = from {
+                    ask_again(qp, &mut s.req, from);
+                }
+                return Err(Counter::RcvdSeqErr);
+            }
+            ReadResponse::Next(index) => break index,
         }
-        if w.last_psn().diff(psn) >= 0 {
-            return Err(Counter::RcvdStaleResponse); // from before the WQE in flight
-        }
-        if w.is_read() {
-            // Responses to a later READ before this one finished: ours were lost.
-            ask_again(qp, &mut s.req, w.first_psn.add(w.read_got));
-            return Err(Counter::RcvdStaleResponse);
-        }
-        retire(qp, &mut s.req, wc_status::SUCCESS);
-    }
-    let index = s.req.consumer;
-    let w = *s.req.work(index);
-    let expected = w.first_psn.add(w.read_got);
-    let d_psn = psn.diff(expected);
-    if d_psn < 0 {
-        return Err(Counter::DuplicateRequest);
-    }
-    if d_psn > 0 {
-        // A gap in the responses: ask again from the first missing one.
-        if w.sent > w.read_got {
-            ask_again(qp, &mut s.req, expected);
-        }
-        return Err(Counter::RcvdSeqErr);
-    }
+    };
+    let w = *s.req.q.work(index);
     let mtu = s.attrs.path_mtu.bytes();
     // `read_got < npkts`, so the offset is below the READ's length (at most 2^31).
     let offset = w.read_got.saturating_mul(mtu);
@@ -302,26 +222,21 @@ fn read_response(
         qp.fail(s, index, status);
         return Err(Counter::RcvdPkts);
     }
-    s.req.work_mut(index).read_got += 1;
+    s.req.q.read_response_arrived(index, psn);
     // Responses arrive in order: the requests that end here are answered (whatever the
     // opcode said; rdma_rxe answers a repeat from the middle with MIDDLE..LAST).
     s.req.reads.received_before(psn.add(1));
-    s.req.acked_psn = psn.add(1);
     if is_last {
         retire(qp, &mut s.req, wc_status::SUCCESS);
     }
     Ok(())
 }
 
-/// Asks again for the responses of the READ in flight from `from` on (and sends every later
-/// request again), once per gap: every later packet of the burst that lost one would ask again,
-/// and the responder answers each duplicate READ with a whole new burst, which loses more. The
-/// timer covers a lost second request.
+/// Asks again for the responses of the READ in flight from `from` on, once per gap
+/// ([`SendQueue::ask_again`](crate::proto::send_queue::SendQueue::ask_again)).
 fn ask_again(qp: &QpInner, req: &mut Requester, from: Psn) {
-    if req.read_asked_again != Some(from) {
-        req.read_asked_again = Some(from);
+    if req.q.ask_again(from) {
         qp.count(Counter::Retransmits);
-        rewind(req, from);
     }
 }
 
@@ -342,7 +257,7 @@ fn timer_expired_locked(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) 
     } else if s.req.outstanding() {
         if s.req.retries_left == 0 {
             qp.count(Counter::RetryExceededErr);
-            let consumer = s.req.consumer;
+            let consumer = s.req.q.consumer;
             qp.fail(s, consumer, wc_status::RETRY_EXC_ERR);
             return;
         }
@@ -350,66 +265,9 @@ fn timer_expired_locked(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) 
             s.req.retries_left -= 1;
         }
         s.req.window.on_timeout();
-        s.req.read_asked_again = None;
         qp.count(Counter::Retransmits);
         // Resend from the oldest unacknowledged packet.
-        let w = *s.req.work(s.req.consumer);
-        let from = if w.is_read() {
-            w.first_psn.add(w.read_got)
-        } else {
-            s.req.acked_psn
-        };
-        let from = if from.diff(w.first_psn) < 0 {
-            w.first_psn
-        } else {
-            from
-        };
-        rewind(&mut s.req, from);
+        s.req.q.on_timeout();
     }
     qp.run_requester(dev, s);
-}
-
-/// The PSNs of every WQE the kernel holds, sent or not (they are assigned when it is fetched),
-/// oldest first.
-fn fetched_spans(req: &Requester) -> impl Iterator<Item = Span> + '_ {
-    let mut index = req.consumer;
-    core::iter::from_fn(move || {
-        if index == req.fetched {
-            return None;
-        }
-        let w = req.work(index);
-        index = index.wrapping_add(1);
-        Some(Span {
-            first: w.first_psn,
-            last: w.last_psn(),
-            needs_response: w.is_read(),
-        })
-    })
-}
-
-/// The spans of the WQEs in flight, oldest first, for [`on_aeth`].
-struct SpanIter<'a> {
-    req: &'a Requester,
-    index: u32,
-}
-
-impl Iterator for SpanIter<'_> {
-    type Item = Span;
-
-    fn next(&mut self) -> Option<Span> {
-        let req = self.req;
-        if self.index == req.fetched {
-            return None;
-        }
-        let w = req.work(self.index);
-        if w.sent == 0 && !(w.is_read() && w.read_got > 0) {
-            return None;
-        }
-        self.index = self.index.wrapping_add(1);
-        Some(Span {
-            first: w.first_psn,
-            last: w.last_psn(),
-            needs_response: w.is_read(),
-        })
-    }
 }

@@ -443,20 +443,21 @@ impl QpInner {
     pub(crate) fn report(&self, out: &mut ib::DriverAttrs<'_>) -> Result {
         let s = self.state.lock();
         let r = &s.req;
-        out.put_u32(c_str!("sq-consumer"), r.consumer)?;
-        out.put_u32(c_str!("sq-cur"), r.cur)?;
-        out.put_u32(c_str!("sq-fetched"), r.fetched)?;
-        out.put_u32(c_str!("next-psn"), r.next_psn.get())?;
-        out.put_u32(c_str!("acked-psn"), r.acked_psn.get())?;
-        out.put_u32(c_str!("sent-end"), r.sent_end.get())?;
+        let q = &r.q;
+        out.put_u32(c_str!("sq-consumer"), q.consumer)?;
+        out.put_u32(c_str!("sq-cur"), q.cur)?;
+        out.put_u32(c_str!("sq-fetched"), q.fetched)?;
+        out.put_u32(c_str!("next-psn"), q.next_psn.get())?;
+        out.put_u32(c_str!("acked-psn"), q.acked_psn.get())?;
+        out.put_u32(c_str!("sent-end"), q.sent_end.get())?;
         out.put_u32(c_str!("reads-in-flight"), r.reads.len() as u32)?;
         out.put_u32(c_str!("timer-armed"), u32::from(r.timer_armed))?;
         out.put_u32(c_str!("retries-left"), u32::from(r.retries_left))?;
         out.put_u32(c_str!("rnr-wait"), u32::from(r.rnr_wait))?;
         out.put_u32(c_str!("window"), r.window.limit())?;
         out.put_u32(c_str!("backoff"), u32::from(r.window.backoff()))?;
-        if r.consumer != r.fetched {
-            let w = r.work(r.consumer);
+        if q.consumer != q.fetched {
+            let w = q.work(q.consumer);
             out.put_u32(c_str!("oldest-first-psn"), w.first_psn.get())?;
             out.put_u32(c_str!("oldest-npkts"), w.npkts)?;
             out.put_u32(c_str!("oldest-sent"), w.sent)?;
@@ -537,10 +538,10 @@ impl QpInner {
     /// the error, and the QP enters the error state (which flushes the rest).
     pub(crate) fn fail(&self, s: &mut QpState, index: u32, status: u32) {
         // `index` was fetched: this ends within what the kernel holds.
-        while s.req.consumer != index && s.req.consumer != s.req.fetched {
+        while s.req.q.consumer != index && s.req.q.consumer != s.req.q.fetched {
             completer::retire(self, &mut s.req, wc_status::WR_FLUSH_ERR);
         }
-        if s.req.consumer == index && index != s.req.fetched {
+        if s.req.q.consumer == index && index != s.req.q.fetched {
             completer::retire(self, &mut s.req, status);
         }
         self.enter_error(s);
@@ -577,12 +578,12 @@ impl QpInner {
     fn flush_sq(&self, s: &mut QpState) {
         let end = requester::flush_end(self, &s.req);
         loop {
-            while s.req.consumer != s.req.fetched {
+            while s.req.q.consumer != s.req.q.fetched {
                 completer::retire(self, &mut s.req, wc_status::WR_FLUSH_ERR);
             }
             // A corrupt ring: nothing more in it can be trusted, or flushed.
             let Some(end) = end else { return };
-            if s.req.fetched == end {
+            if s.req.q.fetched == end {
                 return;
             }
             requester::fetch_for_flush(self, &mut s.req, end);

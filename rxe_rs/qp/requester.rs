@@ -14,7 +14,8 @@ use crate::{
         mtu::IbMtu,
         psn::Psn,
         read_requests::{ReadRequest, ReadRequests, MAX_READ_REQUESTS},
-        segment::{packet_count, segment, MessageKind},
+        segment::{segment, MessageKind},
+        send_queue::{read_request_size, Progress, SendQueue},
         window::SendWindow,
         wire::Frame,
     },
@@ -27,11 +28,6 @@ use kernel::prelude::*;
 
 /// An ACK is requested at least every this many packets of a long message.
 const PACKETS_PER_ACK_REQ: u32 = 32;
-/// An RDMA READ is asked for in parts of at most this many responses (fewer while the send
-/// window is smaller), sent within the send window as a WRITE's packets are: READ responses are
-/// not acknowledged, so nothing else keeps a large READ from arriving as one burst that
-/// overflows the path. A part asked for again ends where it first ended ([`ReadRequests`]).
-const READ_PART: u32 = 32;
 // Every READ request `max_rd_atomic` allows can be remembered.
 const _: () = assert!(MAX_READ_REQUESTS == limits::MAX_RD_ATOMIC as usize);
 /// WQEs the kernel holds copies of at a time (at most the SQ's slots): what is in flight, not
@@ -39,94 +35,48 @@ const _: () = assert!(MAX_READ_REQUESTS == limits::MAX_RD_ATOMIC as usize);
 /// as these complete.
 const MAX_FETCHED: u32 = 256;
 
-/// A send WQE the kernel owns: the validated copy and its progress.
-#[derive(Clone, Copy, Default)]
-pub(crate) struct SendWork {
-    pub(crate) wqe: SendWqe,
-    /// Message bytes.
-    pub(crate) len: u32,
-    /// PSN of its first packet (for a READ, of its first response).
-    pub(crate) first_psn: Psn,
-    /// PSNs it uses: packets, or READ response packets.
-    pub(crate) npkts: u32,
-    /// Packets sent so far; for a READ, responses asked for so far.
-    pub(crate) sent: u32,
-    /// READ: response packets received (and scattered) so far.
-    pub(crate) read_got: u32,
+/// How a send opcode is segmented.
+fn kind(opcode: u32) -> MessageKind {
+    match opcode {
+        send_opcode::SEND => MessageKind::Send {
+            imm: false,
+            inv: false,
+        },
+        send_opcode::SEND_WITH_IMM => MessageKind::Send {
+            imm: true,
+            inv: false,
+        },
+        send_opcode::RDMA_WRITE => MessageKind::Write { imm: false },
+        send_opcode::RDMA_WRITE_WITH_IMM => MessageKind::Write { imm: true },
+        _ => MessageKind::Read,
+    }
 }
 
-impl SendWork {
-    pub(crate) fn is_read(&self) -> bool {
-        self.wqe.opcode == send_opcode::RDMA_READ
-    }
-
-    pub(crate) fn last_psn(&self) -> Psn {
-        self.first_psn.add(self.npkts.max(1) - 1)
-    }
-
-    /// All of its packets (for a READ, requests for all its responses) are out.
-    pub(crate) fn fully_sent(&self) -> bool {
-        self.sent >= self.npkts
-    }
-
-    fn kind(&self) -> MessageKind {
-        match self.wqe.opcode {
-            send_opcode::SEND => MessageKind::Send {
-                imm: false,
-                inv: false,
-            },
-            send_opcode::SEND_WITH_IMM => MessageKind::Send {
-                imm: true,
-                inv: false,
-            },
-            send_opcode::RDMA_WRITE => MessageKind::Write { imm: false },
-            send_opcode::RDMA_WRITE_WITH_IMM => MessageKind::Write { imm: true },
-            _ => MessageKind::Read,
-        }
-    }
-
-    /// The `ibv_wc_opcode` of its completion.
-    pub(crate) fn wc_opcode(&self) -> u32 {
-        match self.wqe.opcode {
-            send_opcode::RDMA_WRITE | send_opcode::RDMA_WRITE_WITH_IMM => wc_opcode::RDMA_WRITE,
-            send_opcode::RDMA_READ => wc_opcode::RDMA_READ,
-            _ => wc_opcode::SEND,
-        }
+/// The `ibv_wc_opcode` of a send opcode's completion.
+pub(crate) fn wc_opcode(opcode: u32) -> u32 {
+    match opcode {
+        send_opcode::RDMA_WRITE | send_opcode::RDMA_WRITE_WITH_IMM => wc_opcode::RDMA_WRITE,
+        send_opcode::RDMA_READ => wc_opcode::RDMA_READ,
+        _ => wc_opcode::SEND,
     }
 }
 
 /// Send-side state of a QP.
 pub(crate) struct Requester {
-    /// Kernel copies of the WQEs from `consumer` to `fetched`, by index modulo their count (a
-    /// power of two, so that it divides 2^32).
-    works: KVVec<SendWork>,
+    /// Which WQEs the kernel holds, their PSNs and progress (the slot of each is that of its
+    /// copy below).
+    pub(crate) q: SendQueue<KVVec<Progress>>,
+    /// Kernel copies of the WQEs from `q.consumer` to `q.fetched`, by slot.
+    wqes: KVVec<SendWqe>,
     /// Their SGEs: `max_sge` per copy.
     sges: KVVec<Sge>,
     /// Their inline data: `max_inline` bytes per copy.
     inline: KVVec<u8>,
     max_sge: usize,
     max_inline: usize,
-    /// Oldest WQE not completed (published as the ring's consumer index).
-    pub(crate) consumer: u32,
-    /// WQEs copied out of the ring.
-    pub(crate) fetched: u32,
-    /// The WQE being (or next to be) transmitted.
-    pub(crate) cur: u32,
-    /// WQEs before this one have sent packets (or were retired): what SQD lets finish.
-    pub(crate) started_end: u32,
-    /// PSN the next fetched WQE starts at.
-    pub(crate) next_psn: Psn,
-    /// PSNs before this one have been sent (for a READ, its responses asked for): the end of
-    /// what a response may acknowledge. It does not move back when a rewind resends.
-    pub(crate) sent_end: Psn,
-    /// Everything before this PSN is acknowledged.
-    pub(crate) acked_psn: Psn,
     /// READ requests sent as new whose responses did not all arrive: what `max_rd_atomic`
     /// limits, and what a request sent again may ask for.
     pub(crate) reads: ReadRequests<KVec<ReadRequest>>,
-    /// A gap in a READ's responses made us ask again from this PSN: the rest of the burst
-    /// that lost a packet arrives past the gap too, and must not ask again each time.
-    pub(crate) read_asked_again: Option<Psn>,
     /// Packets sent since the last one asking for an ACK.
     noack_pkts: u32,
     /// Retransmissions left (`retry_cnt`), RNR retries left (`rnr_retry`).
@@ -147,8 +97,11 @@ impl Requester {
         let copies = slots.min(MAX_FETCHED) as usize;
         let sges = copies.checked_mul(max_sge as usize).ok_or(EINVAL)?;
         let inline = copies.checked_mul(max_inline as usize).ok_or(EINVAL)?;
+        let works = KVVec::from_elem(Progress::default(), copies, crate::kext::gfp_user_sized())?;
         Ok(Self {
-            works: KVVec::from_elem(SendWork::default(), copies, crate::kext::gfp_user_sized())?,
+            // `slots` is a power of two, and so is MAX_FETCHED.
+            q: SendQueue::new(works).ok_or(EINVAL)?,
+            wqes: KVVec::from_elem(SendWqe::default(), copies, crate::kext::gfp_user_sized())?,
             sges: KVVec::from_elem(Sge::default(), sges, crate::kext::gfp_user_sized())?,
             inline: KVVec::from_elem(0u8, inline, crate::kext::gfp_user_sized())?,
             reads: ReadRequests::new(KVec::from_elem(
@@ -158,14 +111,6 @@ impl Requester {
             )?),
             max_sge: max_sge as usize,
             max_inline: max_inline as usize,
-            consumer: 0,
-            fetched: 0,
-            cur: 0,
-            started_end: 0,
-            next_psn: Psn::new(0),
-            sent_end: Psn::new(0),
-            acked_psn: Psn::new(0),
-            read_asked_again: None,
             noack_pkts: 0,
             retries_left: 0,
             rnr_left: 0,
@@ -175,54 +120,26 @@ impl Requester {
         })
     }
 
-    fn slot(&self, index: u32) -> usize {
-        index as usize % self.works.len()
+    /// The kernel's copy of the WQE at SQ index `index`.
+    pub(crate) fn wqe(&self, index: u32) -> &SendWqe {
+        &self.wqes[self.q.slot(index)]
     }
 
-    /// WQEs copied into the kernel and not yet completed.
-    pub(crate) fn held(&self) -> u32 {
-        self.fetched.wrapping_sub(self.consumer)
-    }
-
-    /// How many more WQEs may be fetched: of the `posted` ones the ring holds (the producer
-    /// index minus our consumer index), those not fetched yet, as far as the kernel copies
-    /// go. `None` if the process moved its producer index back below what was fetched.
-    fn fetchable(&self, posted: u32) -> Option<u32> {
-        let new = posted.checked_sub(self.held())?;
-        Some(new.min((self.works.len() as u32).saturating_sub(self.held())))
-    }
-
-    /// The work at SQ index `index`.
-    pub(crate) fn work(&self, index: u32) -> &SendWork {
-        &self.works[self.slot(index)]
-    }
-
-    pub(crate) fn work_mut(&mut self, index: u32) -> &mut SendWork {
-        let slot = self.slot(index);
-        &mut self.works[slot]
-    }
-
-    /// The SGEs of the work at `index`.
+    /// The SGEs of the WQE at `index`.
     pub(crate) fn sges_of(&self, index: u32) -> &[Sge] {
-        let w = self.work(index);
-        let base = self.slot(index) * self.max_sge;
-        &self.sges[base..base + w.wqe.num_sge as usize]
+        let base = self.q.slot(index) * self.max_sge;
+        &self.sges[base..base + self.wqe(index).num_sge as usize]
     }
 
     fn inline_of(&self, index: u32) -> &[u8] {
-        let w = self.work(index);
-        let base = self.slot(index) * self.max_inline;
-        &self.inline[base..base + w.wqe.inline_len as usize]
+        let base = self.q.slot(index) * self.max_inline;
+        &self.inline[base..base + self.wqe(index).inline_len as usize]
     }
 
     /// Starts over (RESET): the provider resets its side of the ring too.
     pub(crate) fn reset(&mut self) {
-        self.consumer = 0;
-        self.fetched = 0;
-        self.cur = 0;
-        self.started_end = 0;
+        self.q.reset();
         self.reads.clear();
-        self.read_asked_again = None;
         self.noack_pkts = 0;
         self.rnr_wait = false;
         self.timer_armed = false;
@@ -231,33 +148,54 @@ impl Requester {
 
     /// Starts sending at `sq_psn` (move to RTS).
     pub(crate) fn start(&mut self, sq_psn: Psn, retry_cnt: u8, rnr_retry: u8) {
-        self.next_psn = sq_psn;
-        self.sent_end = sq_psn;
-        self.acked_psn = sq_psn;
+        self.q.start(sq_psn);
         self.retries_left = retry_cnt;
         self.rnr_left = rnr_retry;
     }
 
     /// Every WQE that sent a packet is complete (SQD's "drained").
     pub(crate) fn nothing_started_left(&self) -> bool {
-        self.consumer == self.started_end
+        self.q.nothing_started_left()
     }
 
     /// A WQE in flight has packets not yet acknowledged.
     pub(crate) fn outstanding(&self) -> bool {
-        self.consumer != self.cur || (self.cur != self.fetched && self.work(self.cur).sent > 0)
+        self.q.outstanding()
     }
 
-    /// Copies the WQE at ring index `index` into the kernel and checks it. `Err` carries the
-    /// completion status the WQE fails with.
-    fn fetch_one(&mut self, qp: &QpInner, index: u32) -> core::result::Result<(), u32> {
-        let slot = self.slot(index);
+    /// Copies the next WQE of the ring into the kernel, checks it and numbers its packets at
+    /// `mtu`. `Err` carries its index and the completion status it fails with.
+    fn fetch_one(&mut self, qp: &QpInner, mtu: IbMtu) -> core::result::Result<(), (u32, u32)> {
+        let index = self.q.fetched;
+        let slot = self.q.slot(index);
         let wqe: SendWqe = qp.sq.read(index, 0).unwrap_or_default();
+        let is_read = wqe.opcode == send_opcode::RDMA_READ;
         // Whatever happens next, completions report this WQE's id and opcode.
-        self.works[slot] = SendWork {
-            wqe,
-            ..Default::default()
-        };
+        self.wqes[slot] = wqe;
+        match self.check(qp, index, wqe) {
+            Ok((wqe, len)) => {
+                self.wqes[slot] = wqe;
+                self.q
+                    .push(len, is_read, mtu)
+                    .map(|_| ())
+                    .ok_or((index, wc_status::LOC_QP_OP_ERR))
+            }
+            Err(status) => {
+                let _ = self.q.push_unnumbered(is_read);
+                Err((index, status))
+            }
+        }
+    }
+
+    /// Validates `wqe`, at ring index `index`, and copies its SGEs or inline data: returns the
+    /// copy to keep and the message length, or the completion status it fails with.
+    fn check(
+        &mut self,
+        qp: &QpInner,
+        index: u32,
+        wqe: SendWqe,
+    ) -> core::result::Result<(SendWqe, u32), u32> {
+        let slot = self.q.slot(index);
         let supported = matches!(
             wqe.opcode,
             send_opcode::SEND
@@ -323,12 +261,7 @@ impl Requester {
         } else {
             wqe.num_sge = 0;
         }
-        self.works[slot] = SendWork {
-            wqe,
-            len: len as u32,
-            ..Default::default()
-        };
-        Ok(())
+        Ok((wqe, len as u32))
     }
 }
 
@@ -341,7 +274,7 @@ fn gather(
     offset: u32,
     out: &mut [u8],
 ) -> core::result::Result<(), u32> {
-    if req.work(index).wqe.flags & send_flags::INLINE != 0 {
+    if req.wqe(index).flags & send_flags::INLINE != 0 {
         let start = offset as usize;
         let end = start.checked_add(out.len()).ok_or(wc_status::LOC_LEN_ERR)?;
         out.copy_from_slice(
@@ -374,25 +307,15 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> Run
     let Some(new) = qp
         .sq
         .geometry()
-        .occupancy(producer, req.consumer)
-        .and_then(|posted| req.fetchable(posted))
+        .occupancy(producer, req.q.consumer)
+        .and_then(|posted| req.q.fetchable(posted))
     else {
         return RunEnd::BrokenRing;
     };
     for _ in 0..new {
-        let index = req.fetched;
-        if let Err(status) = req.fetch_one(qp, index) {
-            req.fetched = req.fetched.wrapping_add(1);
+        if let Err((index, status)) = req.fetch_one(qp, mtu) {
             return RunEnd::Failed(index, status);
         }
-        let w = req.works[req.slot(index)];
-        let npkts = packet_count(w.len, mtu);
-        let first_psn = req.next_psn;
-        let w = req.work_mut(index);
-        w.first_psn = first_psn;
-        w.npkts = npkts;
-        req.next_psn = req.next_psn.add(npkts);
-        req.fetched = req.fetched.wrapping_add(1);
     }
     if req.rnr_wait {
         return RunEnd::Idle;
@@ -401,44 +324,36 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> Run
         return RunEnd::Idle;
     };
     let mut tx = None;
-    while s.req.cur != s.req.fetched {
-        let index = s.req.cur;
-        let w = *s.req.work(index);
-        if index == s.req.started_end && s.attrs.state == state::SQD {
+    while s.req.q.cur != s.req.q.fetched {
+        let index = s.req.q.cur;
+        let w = *s.req.q.work(index);
+        if index == s.req.q.started_end && s.attrs.state == state::SQD {
             break; // SQD: no new message starts
         }
-        if w.sent == 0 && w.wqe.flags & send_flags::FENCE != 0 && !s.req.reads.is_empty() {
+        if w.sent == 0 && s.req.wqe(index).flags & send_flags::FENCE != 0 && !s.req.reads.is_empty()
+        {
             break;
         }
         let at = w.first_psn.add(w.sent);
-        let unacked = at.diff(s.req.acked_psn).max(0) as u32;
+        let unacked = at.diff(s.req.q.acked_psn).max(0) as u32;
         let limit = s.req.window.limit();
         let room = limit.saturating_sub(unacked);
         // A READ asked for again (`at` was sent before) is not new to the responder.
-        let repeat = w.is_read() && at.diff(s.req.sent_end) < 0;
+        let repeat = w.is_read && at.diff(s.req.q.sent_end) < 0;
         // Packets (or READ responses asked for) this step.
         let psns = if repeat {
-            // The rest of the request that first asked for `at`. (None: its responses all
-            // arrived, which rewinds never ask again for; one response is safe anyway.)
-            let part = s
-                .req
-                .reads
-                .repeat_from(at)
-                .unwrap_or(1)
-                .min(w.npkts - w.sent);
+            let part = read_request_size(&w, &s.req.reads, true, limit);
             // Not one request per arriving response: wait for room for the whole part (or a
             // window's worth: a repeat may not be split, the responder may drop its second half).
             if room < part.min(limit) {
                 break;
             }
             part
-        } else if w.is_read() {
+        } else if w.is_read {
             if s.req.reads.len() >= usize::from(s.attrs.max_rd_atomic).max(1) {
                 break;
             }
-            let part = (READ_PART - w.sent % READ_PART)
-                .min(w.npkts - w.sent)
-                .min(limit.max(1));
+            let part = read_request_size(&w, &s.req.reads, false, limit);
             if room < part {
                 break;
             }
@@ -448,7 +363,7 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> Run
         } else {
             1
         };
-        let new_read = w.is_read() && !repeat;
+        let new_read = w.is_read && !repeat;
         // Looked up once per run; `None` (counted) when there is no route or no memory for one.
         let tx = tx.get_or_insert_with(|| Transmitter::new(dev, &av));
         let edge = s.req.window.is_edge(unacked);
@@ -478,29 +393,18 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> Run
             Err(TxError::Payload(status)) => return RunEnd::Failed(index, status),
         };
         let req = &mut s.req;
-        if index == req.started_end {
-            req.started_end = index.wrapping_add(1);
-        }
         req.noack_pkts = if ack_req {
             0
         } else {
             req.noack_pkts.saturating_add(1)
         };
-        let w = req.work_mut(index);
-        w.sent += psns;
-        let end = w.first_psn.add(w.sent);
-        if end.diff(req.sent_end) > 0 {
-            req.sent_end = end;
-        }
+        req.q.record_sent(index, psns);
         if new_read {
             // Fits: `reads.len() < max_rd_atomic <= MAX_READ_REQUESTS`, checked above.
             let _ = req.reads.push(ReadRequest {
                 first: at,
                 count: psns,
             });
-        }
-        if req.work(index).fully_sent() {
-            req.cur = req.cur.wrapping_add(1);
         }
     }
     RunEnd::Idle
@@ -521,16 +425,17 @@ fn send_packet(
     tx: &Transmitter<'_>,
     window_edge: bool,
 ) -> Result<bool, TxError> {
-    let w = req.work(index);
+    let w = req.q.work(index);
+    let wqe = req.wqe(index);
     let av = *av;
-    if w.is_read() {
+    if w.is_read {
         // The responses from `sent` on: a part of the message, or after a loss its rest. The
         // remote range was checked at fetch; checked again rather than trusted.
         let skip = w
             .sent
             .checked_mul(mtu.bytes())
             .filter(|&skip| skip < w.len || w.len == 0);
-        let va = skip.and_then(|skip| w.wqe.remote_addr.checked_add(u64::from(skip)));
+        let va = skip.and_then(|skip| wqe.remote_addr.checked_add(u64::from(skip)));
         let (Some(skip), Some(va)) = (skip, va) else {
             return Err(TxError::Payload(wc_status::REM_ACCESS_ERR));
         };
@@ -547,7 +452,7 @@ fn send_packet(
             ),
             reth: Some(Reth {
                 va,
-                rkey: w.wqe.rkey,
+                rkey: wqe.rkey,
                 dma_len,
             }),
             aeth: None,
@@ -556,24 +461,24 @@ fn send_packet(
         };
         return tx.send(&frame, |_| Ok(())).map(|()| true);
     }
-    let seg = segment(w.kind(), w.len, mtu, w.first_psn, w.sent);
+    let seg = segment(kind(wqe.opcode), w.len, mtu, w.first_psn, w.sent);
     let info = seg.opcode.info();
     let (has_reth, has_imm) = info.map_or((false, false), |i| (i.reth, i.immdt));
     // The last packet the window allows asks too, or the window would only reopen by timeout.
     let ack_req =
         seg.last || window_edge || req.noack_pkts.saturating_add(1) >= PACKETS_PER_ACK_REQ;
-    let solicited = seg.last && w.wqe.flags & send_flags::SOLICITED != 0;
+    let solicited = seg.last && wqe.flags & send_flags::SOLICITED != 0;
     let frame = Frame {
         av,
         sport: qp.sport,
         bth: bth(seg.opcode.0, dest_qpn, seg.psn, ack_req, solicited),
         reth: has_reth.then_some(Reth {
-            va: w.wqe.remote_addr,
-            rkey: w.wqe.rkey,
+            va: wqe.remote_addr,
+            rkey: wqe.rkey,
             dma_len: w.len,
         }),
         aeth: None,
-        immdt: has_imm.then_some(w.wqe.imm_data.to_ne_bytes()),
+        immdt: has_imm.then_some(wqe.imm_data.to_ne_bytes()),
         payload_len: seg.len,
     };
     tx.send(&frame, |out| {
@@ -602,14 +507,13 @@ pub(crate) fn bth(opcode: u8, dest_qp: u32, psn: Psn, ack_req: bool, solicited: 
 /// they can be flushed (only the id and opcode of each are used), as far as the kernel copies
 /// go. `end` is a producer index read once and checked by the caller.
 pub(crate) fn fetch_for_flush(qp: &QpInner, req: &mut Requester, end: u32) {
-    while req.fetched != end && (req.held() as usize) < req.works.len() {
-        let index = req.fetched;
-        let wqe: SendWqe = qp.sq.read(index, 0).unwrap_or_default();
-        *req.work_mut(index) = SendWork {
-            wqe,
-            ..Default::default()
+    while req.q.fetched != end {
+        let wqe: SendWqe = qp.sq.read(req.q.fetched, 0).unwrap_or_default();
+        let Some(index) = req.q.push_unnumbered(wqe.opcode == send_opcode::RDMA_READ) else {
+            return; // every copy in use: the flush retires these first
         };
-        req.fetched = req.fetched.wrapping_add(1);
+        let slot = req.q.slot(index);
+        req.wqes[slot] = wqe;
     }
 }
 
@@ -617,6 +521,6 @@ pub(crate) fn fetch_for_flush(qp: &QpInner, req: &mut Requester, end: u32) {
 /// what a flush may take off the ring.
 pub(crate) fn flush_end(qp: &QpInner, req: &Requester) -> Option<u32> {
     let producer = qp.sq.load(RingIndex::Producer);
-    let posted = qp.sq.geometry().occupancy(producer, req.consumer)?;
-    (posted >= req.held()).then_some(producer)
+    let posted = qp.sq.geometry().occupancy(producer, req.q.consumer)?;
+    (posted >= req.q.held()).then_some(producer)
 }

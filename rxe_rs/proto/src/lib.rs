@@ -18,6 +18,7 @@ pub mod read_reply;
 pub mod read_requests;
 pub mod responder;
 pub mod segment;
+pub mod send_queue;
 pub mod timers;
 pub mod window;
 pub mod wire;

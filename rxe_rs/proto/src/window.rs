@@ -64,7 +64,9 @@ impl SendWindow {
     /// The retransmission timeout for the QP attribute `timeout`, backed off; `None` for 0
     /// (wait forever).
     pub fn ack_timeout_ns(&self, timeout: u8) -> Option<u64> {
-        ack_timeout_ns(timeout).map(|ns| ns << self.backoff)
+        // `backoff` is at most MAX_BACKOFF: no bit is shifted out (checked_shl: nothing to panic).
+        ack_timeout_ns(timeout)
+            .map(|ns| ns.checked_shl(u32::from(self.backoff)).unwrap_or(u64::MAX))
     }
 }
 
