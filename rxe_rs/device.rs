@@ -4,10 +4,10 @@
 use crate::{
     counters::{self, Counters},
     kext::{
-        bindings,
         ib::{
-            self, Cq, CqInitAttr, Device, DeviceAttr, Mr, Pd, PortAttr, PortImmutable, Qp, QpAttr,
-            QpInitAttr, QpLinks, StatDesc,
+            self, AtomicCap, CorePortCaps, Cq, CqInitAttr, Device, DeviceAttr, DeviceCaps,
+            KernelCaps, Mr, Pd, PortAttr, PortCaps, PortImmutable, PortPhysState, PortState, Qp,
+            QpAttr, QpAttrMask, QpInitAttr, QpLinks, StatDesc,
         },
         netdev::NetDevice,
         object::Udata,
@@ -151,16 +151,15 @@ impl ib::Driver for RxeDevice {
     fn query_device(dev: &Device<Self>, attr: &mut DeviceAttr) -> Result {
         attr.vendor_id = limits::VENDOR_ID;
         attr.page_size_cap = limits::PAGE_SIZE_CAP;
-        attr.device_cap_flags = (bindings::ib_device_cap_flags_IB_DEVICE_RC_RNR_NAK_GEN
-            | bindings::ib_device_cap_flags_IB_DEVICE_PORT_ACTIVE_EVENT
-            | bindings::ib_device_cap_flags_IB_DEVICE_SYS_IMAGE_GUID)
-            as u64;
-        // `rdma link delete` is how users remove a soft device.
-        attr.kernel_cap_flags = bindings::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG as u64;
+        attr.set_caps(
+            DeviceCaps::RC_RNR_NAK_GEN | DeviceCaps::PORT_ACTIVE_EVENT | DeviceCaps::SYS_IMAGE_GUID,
+            // `rdma link delete` is how users remove a soft device.
+            KernelCaps::ALLOW_USER_UNREG,
+            AtomicCap::None,
+        );
         attr.sys_image_guid = u64::from_ne_bytes(dev.guid);
         attr.max_pkeys = limits::PKEY_TABLE_LEN;
         attr.local_ca_ack_delay = limits::LOCAL_CA_ACK_DELAY;
-        attr.atomic_cap = bindings::ib_atomic_cap_IB_ATOMIC_NONE;
         attr.max_pd = limits::MAX_PD as i32;
         attr.max_cq = limits::MAX_CQ as i32;
         attr.max_cqe = limits::MAX_CQE as i32;
@@ -183,22 +182,18 @@ impl ib::Driver for RxeDevice {
         }
         let ndev = dev.netdev(port).ok_or(ENODEV)?;
         let active = dev.port_active.load(Ordering::Relaxed);
-        attr.state = if active {
-            bindings::ib_port_state_IB_PORT_ACTIVE
-        } else {
-            bindings::ib_port_state_IB_PORT_DOWN
-        };
-        attr.phys_state = if active {
-            bindings::ib_port_phys_state_IB_PORT_PHYS_STATE_LINK_UP
+        let (state, phys) = if active {
+            (PortState::Active, PortPhysState::LinkUp)
         } else if ndev.is_up() {
-            bindings::ib_port_phys_state_IB_PORT_PHYS_STATE_POLLING
+            (PortState::Down, PortPhysState::Polling)
         } else {
-            bindings::ib_port_phys_state_IB_PORT_PHYS_STATE_DISABLED
-        } as u8;
+            (PortState::Down, PortPhysState::Disabled)
+        };
+        attr.set_state(state, phys);
         attr.max_mtu = IbMtu::Mtu4096 as u32;
         attr.active_mtu = dev.active_mtu.load(Ordering::Relaxed);
         attr.gid_tbl_len = limits::GID_TABLE_LEN;
-        attr.port_cap_flags = bindings::ib_port_capability_mask_bits_IB_PORT_CM_SUP;
+        attr.port_cap_flags = PortCaps::CM_SUP.raw();
         attr.max_msg_sz = limits::MAX_MSG_SIZE;
         attr.pkey_tbl_len = limits::PKEY_TABLE_LEN;
         attr.max_vl_num = 1;
@@ -213,10 +208,10 @@ impl ib::Driver for RxeDevice {
             return Err(EINVAL);
         }
         // RoCEv2: the core fills IP-based GIDs from the bound netdev.
-        immutable.core_cap_flags = bindings::RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP;
+        immutable.core_cap_flags = CorePortCaps::ROCE_UDP_ENCAP.raw();
         immutable.pkey_tbl_len = limits::PKEY_TABLE_LEN.into();
         immutable.gid_tbl_len = limits::GID_TABLE_LEN;
-        immutable.max_mad_size = bindings::IB_MGMT_MAD_SIZE;
+        immutable.max_mad_size = ib::MGMT_MAD_SIZE;
         Ok(())
     }
 
@@ -283,10 +278,8 @@ impl ib::Driver for RxeDevice {
             // Random bits above the table index: a QP number is not the next one after the
             // last, so a blind sweep of QP numbers does not find every QP.
             qpn = ((random_u32() << limits::QPN_INDEX_BITS) | index) & crate::proto::psn::PSN_MASK;
-            // SAFETY: the link lives in the QP, which the core destroys before the device.
-            let link = unsafe { dev.link() };
             let inner = Arc::pin_init(
-                QpInner::new(link, qpn, pd.id, init, links, udata)?,
+                QpInner::new(qpn, pd.id, init, links, udata)?,
                 GFP_KERNEL_ACCOUNT,
             )?;
             qp = Some(RxeQp {
@@ -301,7 +294,7 @@ impl ib::Driver for RxeDevice {
         qp.inner.post_recv()
     }
 
-    fn modify_qp(_dev: &Device<Self>, qp: &Qp<Self>, attr: &QpAttr, mask: i32) -> Result {
+    fn modify_qp(_dev: &Device<Self>, qp: &Qp<Self>, attr: &QpAttr, mask: QpAttrMask) -> Result {
         qp.inner.modify(attr, mask)
     }
 

@@ -6,6 +6,7 @@
 use crate::{
     counters::Counter,
     device::RxeDevice,
+    kext::ib::QpState,
     kext::{ib::Device, mmap::RingIndex},
     proto::{
         completer::{on_aeth, unacknowledged_from, AckOutcome, AfterAck, RemoteError},
@@ -17,7 +18,7 @@ use crate::{
     },
     qp::requester::{wc_opcode, Requester},
     qp::responder::check_admitted,
-    qp::{state, QpInner, QpState},
+    qp::{QpInner, QpLocked},
     uapi::{send_flags, wc_status, Cqe},
     verbs::cq::RxeCq,
     verbs::sgl,
@@ -49,7 +50,7 @@ pub(crate) fn retire(qp: &QpInner, req: &mut Requester, status: u32) {
 }
 
 /// Arms the retransmission timer if packets are outstanding (and `timeout` is not infinite).
-pub(crate) fn arm_retransmit(qp: &QpInner, s: &mut QpState) {
+pub(crate) fn arm_retransmit(qp: &QpInner, s: &mut QpLocked) {
     if s.req.outstanding() {
         if let Some(ns) = s.req.window.ack_timeout_ns(s.attrs.timeout) {
             s.req.timer_armed = true;
@@ -69,10 +70,10 @@ pub(crate) fn handle_response(dev: &Device<RxeDevice>, qp: &QpInner, d: &Datagra
 fn handle_response_locked(
     dev: &Device<RxeDevice>,
     qp: &QpInner,
-    s: &mut QpState,
+    s: &mut QpLocked,
     d: &Datagram<'_>,
 ) -> Counter {
-    if s.attrs.state != state::RTS && s.attrs.state != state::SQD {
+    if s.attrs.state != QpState::Rts && s.attrs.state != QpState::Sqd {
         return Counter::RcvdQpNotReady;
     }
     if let Err(counter) = check_admitted(s, d) {
@@ -109,7 +110,7 @@ fn handle_response_locked(
         Ok(()) => Counter::RcvdPkts,
         Err(c) => c,
     };
-    if s.attrs.state == state::ERR {
+    if s.attrs.state == QpState::Err {
         return counter;
     }
     // Forward progress resets the retry budget and restarts the timer.
@@ -133,7 +134,7 @@ fn remote_status(e: RemoteError) -> u32 {
 }
 
 /// An ACK or NAK.
-fn ack(qp: &QpInner, s: &mut QpState, aeth: Aeth, psn: Psn) -> core::result::Result<(), Counter> {
+fn ack(qp: &QpInner, s: &mut QpLocked, aeth: Aeth, psn: Psn) -> core::result::Result<(), Counter> {
     let AckOutcome { completed, then } = on_aeth(s.req.q.in_flight_spans(), aeth.syndrome, psn);
     for _ in 0..completed {
         retire(qp, &mut s.req, wc_status::SUCCESS);
@@ -171,7 +172,7 @@ fn ack(qp: &QpInner, s: &mut QpState, aeth: Aeth, psn: Psn) -> core::result::Res
 fn read_response(
     dev: &Device<RxeDevice>,
     qp: &QpInner,
-    s: &mut QpState,
+    s: &mut QpLocked,
     d: &Datagram<'_>,
     psn: Psn,
 ) -> core::result::Result<(), Counter> {
@@ -247,8 +248,8 @@ pub(crate) fn timer_expired(dev: &Device<RxeDevice>, qp: &QpInner) {
     qp.settle(&mut s);
 }
 
-fn timer_expired_locked(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) {
-    if !s.req.timer_armed || (s.attrs.state != state::RTS && s.attrs.state != state::SQD) {
+fn timer_expired_locked(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpLocked) {
+    if !s.req.timer_armed || (s.attrs.state != QpState::Rts && s.attrs.state != QpState::Sqd) {
         return;
     }
     s.req.timer_armed = false;

@@ -12,7 +12,7 @@ use crate::{
     counters::Counter,
     device::RxeDevice,
     kext::{
-        ib::{DeviceLink, QpLinks},
+        ib::{Device, QpAttrMask, QpCap, QpEvent, QpLinks, QpState},
         lock::{new_spinlock_bh, SpinLockBh},
         timer::{Timer, TimerOwner},
         work,
@@ -23,7 +23,6 @@ use crate::{
 };
 use crate::{
     kext::{
-        bindings,
         errno::eopnotsupp,
         ib::{self, QpAttr, QpInitAttr},
         mmap::{RingIndex, SharedRing},
@@ -43,46 +42,6 @@ use kernel::{
 use requester::{Requester, RunEnd};
 use responder::Responder;
 
-/// `enum ib_qp_state` values.
-#[allow(missing_docs)]
-pub(crate) mod state {
-    use crate::kext::bindings;
-    pub(crate) const RESET: u32 = bindings::ib_qp_state_IB_QPS_RESET;
-    pub(crate) const RTR: u32 = bindings::ib_qp_state_IB_QPS_RTR;
-    pub(crate) const RTS: u32 = bindings::ib_qp_state_IB_QPS_RTS;
-    pub(crate) const SQD: u32 = bindings::ib_qp_state_IB_QPS_SQD;
-    pub(crate) const ERR: u32 = bindings::ib_qp_state_IB_QPS_ERR;
-}
-
-/// `enum ib_qp_attr_mask` bits.
-#[allow(missing_docs)]
-mod mask {
-    use crate::kext::bindings;
-    pub(super) const STATE: i32 = bindings::ib_qp_attr_mask_IB_QP_STATE as i32;
-    pub(super) const CUR_STATE: i32 = bindings::ib_qp_attr_mask_IB_QP_CUR_STATE as i32;
-    pub(super) const ACCESS_FLAGS: i32 = bindings::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS as i32;
-    pub(super) const PKEY_INDEX: i32 = bindings::ib_qp_attr_mask_IB_QP_PKEY_INDEX as i32;
-    pub(super) const PORT: i32 = bindings::ib_qp_attr_mask_IB_QP_PORT as i32;
-    pub(super) const AV: i32 = bindings::ib_qp_attr_mask_IB_QP_AV as i32;
-    pub(super) const PATH_MTU: i32 = bindings::ib_qp_attr_mask_IB_QP_PATH_MTU as i32;
-    pub(super) const TIMEOUT: i32 = bindings::ib_qp_attr_mask_IB_QP_TIMEOUT as i32;
-    pub(super) const RETRY_CNT: i32 = bindings::ib_qp_attr_mask_IB_QP_RETRY_CNT as i32;
-    pub(super) const RNR_RETRY: i32 = bindings::ib_qp_attr_mask_IB_QP_RNR_RETRY as i32;
-    pub(super) const RQ_PSN: i32 = bindings::ib_qp_attr_mask_IB_QP_RQ_PSN as i32;
-    pub(super) const MAX_QP_RD_ATOMIC: i32 =
-        bindings::ib_qp_attr_mask_IB_QP_MAX_QP_RD_ATOMIC as i32;
-    pub(super) const MIN_RNR_TIMER: i32 = bindings::ib_qp_attr_mask_IB_QP_MIN_RNR_TIMER as i32;
-    pub(super) const SQ_PSN: i32 = bindings::ib_qp_attr_mask_IB_QP_SQ_PSN as i32;
-    pub(super) const MAX_DEST_RD_ATOMIC: i32 =
-        bindings::ib_qp_attr_mask_IB_QP_MAX_DEST_RD_ATOMIC as i32;
-    pub(super) const DEST_QPN: i32 = bindings::ib_qp_attr_mask_IB_QP_DEST_QPN as i32;
-}
-
-/// `IB_EVENT_SQ_DRAINED`.
-const EVENT_SQ_DRAINED: bindings::ib_event_type = bindings::ib_event_type_IB_EVENT_SQ_DRAINED;
-/// `IB_EVENT_QP_FATAL`.
-const EVENT_QP_FATAL: bindings::ib_event_type = bindings::ib_event_type_IB_EVENT_QP_FATAL;
-
 /// Rights a QP may grant. LOCAL_WRITE means nothing for a QP, but applications (perftest) pass
 /// it and rdma_rxe accepts it.
 const QP_ACCESS: i32 = ib::access::LOCAL_WRITE
@@ -93,7 +52,7 @@ const QP_ACCESS: i32 = ib::access::LOCAL_WRITE
 /// The attributes `modify_qp` sets.
 #[derive(Clone, Copy)]
 pub(crate) struct QpAttrs {
-    pub(crate) state: u32,
+    pub(crate) state: QpState,
     pub(crate) path_mtu: IbMtu,
     pub(crate) dest_qpn: u32,
     pub(crate) sq_psn: Psn,
@@ -112,7 +71,7 @@ pub(crate) struct QpAttrs {
 }
 
 /// Everything the QP's lock protects.
-pub(crate) struct QpState {
+pub(crate) struct QpLocked {
     pub(crate) attrs: QpAttrs,
     pub(crate) req: Requester,
     pub(crate) resp: Responder,
@@ -133,8 +92,6 @@ pub(crate) struct QpInner {
     /// Sends the READ responses the responder owes (see `schedule_read_replies`).
     #[pin]
     read_work: Work<QpInner>,
-    /// The device (for the timer, which has no other way to it).
-    dev: DeviceLink<RxeDevice>,
     /// UDP source port of its packets.
     pub(crate) sport: u16,
     /// Its number.
@@ -146,7 +103,7 @@ pub(crate) struct QpInner {
     /// Receive queue (user produces WQEs, the kernel consumes).
     pub(crate) rq: SharedRing,
     /// What creation granted (reported by query).
-    pub(crate) caps: bindings::ib_qp_cap,
+    pub(crate) caps: QpCap,
     /// Where completions and events go.
     pub(crate) links: QpLinks<RxeDevice>,
     /// Every send WR completes with a CQE (`sq_sig_all`).
@@ -156,10 +113,10 @@ pub(crate) struct QpInner {
     cq_overflowed: AtomicBool,
     /// BH-safe: the receive softirq and the timer run the protocol under it.
     #[pin]
-    pub(crate) state: SpinLockBh<QpState>,
+    pub(crate) state: SpinLockBh<QpLocked>,
 }
 
-fn clamp_caps(cap: &mut bindings::ib_qp_cap) -> Result {
+fn clamp_caps(cap: &mut QpCap) -> Result {
     if cap.max_send_wr > limits::MAX_QP_WR
         || cap.max_recv_wr > limits::MAX_QP_WR
         || cap.max_send_sge > limits::MAX_SGE
@@ -178,14 +135,13 @@ fn clamp_caps(cap: &mut bindings::ib_qp_cap) -> Result {
 impl QpInner {
     /// An RC QP in `pd` (with id `pd_id`) numbered `qpn`; writes the real capacities to `init`.
     pub(crate) fn new(
-        dev: DeviceLink<RxeDevice>,
         qpn: u32,
         pd_id: PdId,
         init: &mut QpInitAttr,
         links: QpLinks<RxeDevice>,
         udata: &Udata<'_>,
     ) -> Result<impl PinInit<Self, Error>> {
-        if init.qp_type != bindings::ib_qp_type_IB_QPT_RC {
+        if !init.is_rc() {
             return Err(eopnotsupp());
         }
         if !init.srq.is_null() || init.create_flags != 0 {
@@ -222,7 +178,7 @@ impl QpInner {
             rq_slot_size: rq_geometry.slot_size,
         })?;
         let attrs = QpAttrs {
-            state: state::RESET,
+            state: QpState::Reset,
             path_mtu: IbMtu::Mtu1024,
             dest_qpn: 0,
             sq_psn: Psn::new(0),
@@ -243,17 +199,16 @@ impl QpInner {
             init.cap.max_send_sge,
             init.cap.max_inline_data,
         )?;
-        let qp_state = QpState {
+        let qp_state = QpLocked {
             attrs,
             req,
             resp: Responder::new()?,
         };
         let caps = init.cap;
-        let sq_sig_all = init.sq_sig_type == bindings::ib_sig_type_IB_SIGNAL_ALL_WR;
+        let sq_sig_all = init.signals_all();
         Ok(try_pin_init!(Self {
             timer <- Timer::new(),
             read_work <- new_work!("QpInner::read_work"),
-            dev,
             sport: qp_source_port(qpn),
             qpn,
             pd: pd_id,
@@ -268,10 +223,10 @@ impl QpInner {
     }
 
     /// `modify_qp`: validates everything first, then applies it all under the lock.
-    pub(crate) fn modify(&self, attr: &QpAttr, m: i32) -> Result {
+    pub(crate) fn modify(&self, attr: &QpAttr, m: QpAttrMask) -> Result {
         // READ reply slots for a new `max_dest_rd_atomic`, allocated before the lock is taken
         // (a value out of range is refused below).
-        let read_slots = if m & mask::MAX_DEST_RD_ATOMIC != 0
+        let read_slots = if m.contains(QpAttrMask::MAX_DEST_RD_ATOMIC)
             && u32::from(attr.max_dest_rd_atomic) <= limits::MAX_RD_ATOMIC
         {
             Some(responder::read_reply_slots(attr.max_dest_rd_atomic)?)
@@ -281,13 +236,13 @@ impl QpInner {
         let mut guard = self.state.lock();
         let s = &mut *guard;
         let a = &mut s.attrs;
-        let cur = if m & mask::CUR_STATE != 0 {
-            attr.cur_qp_state
+        let cur = if m.contains(QpAttrMask::CUR_STATE) {
+            QpState::from_raw(attr.cur_qp_state).ok_or(EINVAL)?
         } else {
             a.state
         };
-        let next = if m & mask::STATE != 0 {
-            attr.qp_state
+        let next = if m.contains(QpAttrMask::STATE) {
+            QpState::from_raw(attr.qp_state).ok_or(EINVAL)?
         } else {
             cur
         };
@@ -295,98 +250,102 @@ impl QpInner {
             return Err(EINVAL);
         }
         // Leaving SQD waits for the drain, except into the error state.
-        if m & mask::STATE != 0 && cur == state::SQD && a.sq_draining && next != state::ERR {
+        if m.contains(QpAttrMask::STATE)
+            && cur == QpState::Sqd
+            && a.sq_draining
+            && next != QpState::Err
+        {
             return Err(EINVAL); // as rdma_rxe
         }
         let mut new = *a;
         new.state = next;
-        if m & mask::ACCESS_FLAGS != 0 {
+        if m.contains(QpAttrMask::ACCESS_FLAGS) {
             if attr.qp_access_flags & !QP_ACCESS != 0 {
                 return Err(EINVAL);
             }
             new.access = attr.qp_access_flags;
         }
-        if m & mask::PKEY_INDEX != 0 && attr.pkey_index >= limits::PKEY_TABLE_LEN {
+        if m.contains(QpAttrMask::PKEY_INDEX) && attr.pkey_index >= limits::PKEY_TABLE_LEN {
             return Err(EINVAL);
         }
-        if m & mask::PORT != 0 && attr.port_num != crate::device::PORT {
+        if m.contains(QpAttrMask::PORT) && attr.port_num != crate::device::PORT {
             return Err(EINVAL);
         }
-        if m & mask::AV != 0 {
+        if m.contains(QpAttrMask::AV) {
             let av = ib::read_roce_av(&attr.ah_attr).ok_or(EINVAL)?;
             av.families().ok_or(EINVAL)?;
             new.av = Some(av);
             new.sgid_index = attr.ah_attr.grh.sgid_index;
         }
-        if m & mask::PATH_MTU != 0 {
+        if m.contains(QpAttrMask::PATH_MTU) {
             new.path_mtu = IbMtu::from_enum(attr.path_mtu).ok_or(EINVAL)?;
         }
-        if m & mask::TIMEOUT != 0 {
+        if m.contains(QpAttrMask::TIMEOUT) {
             new.timeout = (attr.timeout <= 31).then_some(attr.timeout).ok_or(EINVAL)?;
         }
-        if m & mask::RETRY_CNT != 0 {
+        if m.contains(QpAttrMask::RETRY_CNT) {
             new.retry_cnt = (attr.retry_cnt <= 7)
                 .then_some(attr.retry_cnt)
                 .ok_or(EINVAL)?;
         }
-        if m & mask::RNR_RETRY != 0 {
+        if m.contains(QpAttrMask::RNR_RETRY) {
             new.rnr_retry = (attr.rnr_retry <= 7)
                 .then_some(attr.rnr_retry)
                 .ok_or(EINVAL)?;
         }
-        if m & mask::MIN_RNR_TIMER != 0 {
+        if m.contains(QpAttrMask::MIN_RNR_TIMER) {
             new.min_rnr_timer = (attr.min_rnr_timer <= 31)
                 .then_some(attr.min_rnr_timer)
                 .ok_or(EINVAL)?;
         }
-        if m & mask::RQ_PSN != 0 {
+        if m.contains(QpAttrMask::RQ_PSN) {
             new.rq_psn = Psn::new(attr.rq_psn);
         }
-        if m & mask::SQ_PSN != 0 {
+        if m.contains(QpAttrMask::SQ_PSN) {
             new.sq_psn = Psn::new(attr.sq_psn);
         }
-        if m & mask::MAX_QP_RD_ATOMIC != 0 {
+        if m.contains(QpAttrMask::MAX_QP_RD_ATOMIC) {
             if u32::from(attr.max_rd_atomic) > limits::MAX_RD_ATOMIC {
                 return Err(EINVAL);
             }
             new.max_rd_atomic = attr.max_rd_atomic;
         }
-        if m & mask::MAX_DEST_RD_ATOMIC != 0 {
+        if m.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) {
             if u32::from(attr.max_dest_rd_atomic) > limits::MAX_RD_ATOMIC {
                 return Err(EINVAL);
             }
             new.max_dest_rd_atomic = attr.max_dest_rd_atomic;
         }
-        if m & mask::DEST_QPN != 0 {
+        if m.contains(QpAttrMask::DEST_QPN) {
             new.dest_qpn = attr.dest_qp_num & crate::proto::psn::PSN_MASK;
         }
         // RTR needs a path to send ACKs on.
-        if next == state::RTR && cur != state::RTR && new.av.is_none() {
+        if next == QpState::Rtr && cur != QpState::Rtr && new.av.is_none() {
             return Err(EINVAL);
         }
-        if next == state::ERR || next == state::RESET {
+        if next == QpState::Err || next == QpState::Reset {
             new.sq_draining = false;
         }
         *a = new;
         // The old slots (or the new ones, if more READs are owed than they hold) are freed
         // when this returns; kfree may run under a spinlock.
         let _unused_read_slots = read_slots.map(|slots| s.resp.replace_read_slots(slots));
-        if next == state::RTR && cur != state::RTR {
+        if next == QpState::Rtr && cur != QpState::Rtr {
             s.resp.start(new.rq_psn);
         }
-        if next == state::RTS && cur == state::RTR {
+        if next == QpState::Rts && cur == QpState::Rtr {
             s.req.start(new.sq_psn, new.retry_cnt, new.rnr_retry);
         }
-        if next == state::SQD && cur == state::RTS {
+        if next == QpState::Sqd && cur == QpState::Rts {
             // No new message starts; those in flight finish (then the event).
             s.attrs.sq_draining = true;
             self.check_drained(s);
         }
-        if next == state::RTS && cur == state::SQD {
+        if next == QpState::Rts && cur == QpState::Sqd {
             // Sends what was posted meanwhile.
-            self.run_requester(self.dev.get(), s);
+            self.run_requester(self.dev(), s);
         }
-        if next == state::RESET && cur != state::RESET {
+        if next == QpState::Reset && cur != QpState::Reset {
             // Back to the creation state: the rings start over (the provider resets its side),
             // and no timer of the old connection may fire into the new one.
             self.timer.cancel();
@@ -397,7 +356,7 @@ impl QpInner {
             self.rq.store(RingIndex::Consumer, 0);
             self.rq.store(RingIndex::Flags, 0);
         }
-        if next == state::ERR && cur != state::ERR {
+        if next == QpState::Err && cur != QpState::Err {
             self.enter_error(s);
         }
         Ok(())
@@ -406,10 +365,10 @@ impl QpInner {
     /// `query_qp`.
     pub(crate) fn query(&self, attr: &mut QpAttr, init: &mut QpInitAttr) {
         let a = self.state.lock().attrs;
-        attr.qp_state = a.state;
-        attr.cur_qp_state = a.state;
+        attr.qp_state = a.state.raw();
+        attr.cur_qp_state = a.state.raw();
         attr.path_mtu = a.path_mtu as u32;
-        attr.path_mig_state = bindings::ib_mig_state_IB_MIG_MIGRATED;
+        attr.set_migrated();
         attr.rq_psn = a.rq_psn.get();
         attr.sq_psn = a.sq_psn.get();
         attr.dest_qp_num = a.dest_qpn;
@@ -428,12 +387,7 @@ impl QpInner {
             ib::write_roce_av(&mut attr.ah_attr, av, a.sgid_index, crate::device::PORT);
         }
         init.cap = self.caps;
-        init.qp_type = bindings::ib_qp_type_IB_QPT_RC;
-        init.sq_sig_type = if self.sq_sig_all {
-            bindings::ib_sig_type_IB_SIGNAL_ALL_WR
-        } else {
-            bindings::ib_sig_type_IB_SIGNAL_REQ_WR
-        };
+        init.set_rc(self.sq_sig_all);
     }
 }
 
@@ -468,9 +422,14 @@ impl QpInner {
         Ok(())
     }
 
+    /// The device (the timer and the work item have no other way to it).
+    fn dev(&self) -> &Device<RxeDevice> {
+        self.links.dev.get()
+    }
+
     /// Moves a port counter of the device.
     pub(crate) fn count(&self, c: Counter) {
-        self.dev.get().counters.inc(c);
+        self.dev().counters.inc(c);
     }
 
     /// (Re)arms the timer to expire in `ns`.
@@ -482,8 +441,8 @@ impl QpInner {
     pub(crate) fn post_send(&self) -> Result {
         let mut s = self.state.lock();
         match s.attrs.state {
-            state::RTS | state::SQD => self.run_requester(self.dev.get(), &mut s),
-            state::ERR => self.flush_sq(&mut s),
+            QpState::Rts | QpState::Sqd => self.run_requester(self.dev(), &mut s),
+            QpState::Err => self.flush_sq(&mut s),
             // Posting before RTS is an immediate error; the provider takes its WQEs back.
             _ => return Err(EINVAL),
         }
@@ -495,7 +454,7 @@ impl QpInner {
     /// the error state): completes what was posted with WR_FLUSH_ERR.
     pub(crate) fn post_recv(&self) -> Result {
         let mut s = self.state.lock();
-        if s.attrs.state == state::ERR {
+        if s.attrs.state == QpState::Err {
             responder::flush_rq(self, &mut s);
         }
         Ok(())
@@ -509,10 +468,10 @@ impl QpInner {
     /// Called before each path that drove the protocol drops the QP's lock: a completion
     /// lost to a full CQ puts the QP in the error state, as rdma_rxe does, rather than let it
     /// run on with its owner no longer told what completed.
-    pub(crate) fn settle(&self, s: &mut QpState) {
+    pub(crate) fn settle(&self, s: &mut QpLocked) {
         if self.cq_overflowed.swap(false, Ordering::Relaxed)
-            && s.attrs.state != state::ERR
-            && s.attrs.state != state::RESET
+            && s.attrs.state != QpState::Err
+            && s.attrs.state != QpState::Reset
         {
             self.enter_error(s);
             // The flush's completions found the CQ full too: nothing more to do for them.
@@ -521,7 +480,7 @@ impl QpInner {
     }
 
     /// Runs the requester and acts on how it ended.
-    pub(crate) fn run_requester(&self, dev: &crate::kext::ib::Device<RxeDevice>, s: &mut QpState) {
+    pub(crate) fn run_requester(&self, dev: &crate::kext::ib::Device<RxeDevice>, s: &mut QpLocked) {
         match requester::run(dev, self, s) {
             RunEnd::Idle => {}
             RunEnd::Failed(index, status) => return self.fail(s, index, status),
@@ -536,7 +495,7 @@ impl QpInner {
 
     /// The WQE at `index` fails with `status`: those before it are flushed, it completes with
     /// the error, and the QP enters the error state (which flushes the rest).
-    pub(crate) fn fail(&self, s: &mut QpState, index: u32, status: u32) {
+    pub(crate) fn fail(&self, s: &mut QpLocked, index: u32, status: u32) {
         // `index` was fetched: this ends within what the kernel holds.
         while s.req.q.consumer != index && s.req.q.consumer != s.req.q.fetched {
             completer::retire(self, &mut s.req, wc_status::WR_FLUSH_ERR);
@@ -548,8 +507,8 @@ impl QpInner {
     }
 
     /// Moves to the error state: every outstanding WQE completes with WR_FLUSH_ERR.
-    pub(crate) fn enter_error(&self, s: &mut QpState) {
-        s.attrs.state = state::ERR;
+    pub(crate) fn enter_error(&self, s: &mut QpLocked) {
+        s.attrs.state = QpState::Err;
         s.req.timer_armed = false;
         s.req.rnr_wait = false;
         self.timer.cancel();
@@ -567,15 +526,15 @@ impl QpInner {
     /// One of the QP's rings is corrupt (the process wrote garbage to its indices): the error
     /// state, and `IB_EVENT_QP_FATAL` to the owner, as a hardware QP reports a catastrophic
     /// work queue error. Nothing outside this QP is touched.
-    pub(crate) fn fatal(&self, s: &mut QpState) {
+    pub(crate) fn fatal(&self, s: &mut QpLocked) {
         self.enter_error(s);
-        self.links.qp.dispatch_event(EVENT_QP_FATAL);
+        self.links.qp.dispatch_event(QpEvent::Fatal);
     }
 
     /// Completes every WQE of the SQ, posted or in flight, with WR_FLUSH_ERR: those the kernel
     /// holds, then what the ring held when the flush began (its producer index is read once, so
     /// a process moving it meanwhile cannot keep the flush going).
-    fn flush_sq(&self, s: &mut QpState) {
+    fn flush_sq(&self, s: &mut QpLocked) {
         let end = requester::flush_end(self, &s.req);
         loop {
             while s.req.q.consumer != s.req.q.fetched {
@@ -592,10 +551,10 @@ impl QpInner {
 
     /// In SQD, once every message started before is complete: reports `IB_EVENT_SQ_DRAINED`
     /// (under the lock, so that `detach` cannot slip in between).
-    pub(crate) fn check_drained(&self, s: &mut QpState) {
-        if s.attrs.state == state::SQD && s.attrs.sq_draining && s.req.nothing_started_left() {
+    pub(crate) fn check_drained(&self, s: &mut QpLocked) {
+        if s.attrs.state == QpState::Sqd && s.attrs.sq_draining && s.req.nothing_started_left() {
             s.attrs.sq_draining = false;
-            self.links.qp.dispatch_event(EVENT_SQ_DRAINED);
+            self.links.qp.dispatch_event(QpEvent::SqDrained);
         }
     }
 
@@ -605,7 +564,7 @@ impl QpInner {
     pub(crate) fn detach(&self) {
         {
             let mut s = self.state.lock();
-            s.attrs.state = state::RESET;
+            s.attrs.state = QpState::Reset;
             s.resp.stop();
         }
         self.timer.shutdown();
@@ -631,7 +590,7 @@ impl WorkItem for QpInner {
     type Pointer = Arc<QpInner>;
 
     fn run(this: Arc<QpInner>) {
-        responder::send_read_replies(this.dev.get(), &this);
+        responder::send_read_replies(this.dev(), &this);
     }
 }
 
@@ -641,6 +600,6 @@ impl TimerOwner for QpInner {
     }
 
     fn expired(&self) {
-        completer::timer_expired(self.dev.get(), self);
+        completer::timer_expired(self.dev(), self);
     }
 }

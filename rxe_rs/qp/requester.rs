@@ -5,6 +5,7 @@
 
 use crate::{
     device::RxeDevice,
+    kext::ib::QpState,
     kext::{ib::Device, mmap::RingIndex},
     limits,
     net::transmit::{Transmitter, TxError},
@@ -19,7 +20,7 @@ use crate::{
         window::SendWindow,
         wire::Frame,
     },
-    qp::{state, QpInner, QpState},
+    qp::{QpInner, QpLocked},
     uapi::{send_flags, send_opcode, wc_opcode, wc_status, SendWqe, Sge},
     verbs::mr::PdId,
     verbs::sgl,
@@ -298,7 +299,7 @@ pub(crate) enum RunEnd {
 }
 
 /// Fetches newly posted WQEs and sends what the window allows. Returns how it ended.
-pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> RunEnd {
+pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpLocked) -> RunEnd {
     let mtu = s.attrs.path_mtu;
     let req = &mut s.req;
     // Copy out what the process posted.
@@ -327,7 +328,7 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState) -> Run
     while s.req.q.cur != s.req.q.fetched {
         let index = s.req.q.cur;
         let w = *s.req.q.work(index);
-        if index == s.req.q.started_end && s.attrs.state == state::SQD {
+        if index == s.req.q.started_end && s.attrs.state == QpState::Sqd {
             break; // SQD: no new message starts
         }
         if w.sent == 0 && s.req.wqe(index).flags & send_flags::FENCE != 0 && !s.req.reads.is_empty()

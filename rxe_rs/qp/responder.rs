@@ -14,6 +14,7 @@ use kernel::{prelude::*, sync::Arc};
 use crate::{
     counters::Counter,
     device::RxeDevice,
+    kext::ib::QpState,
     kext::{
         ib::{access, Device},
         mmap::RingIndex,
@@ -33,7 +34,7 @@ use crate::{
         wire::Frame,
     },
     qp::requester::bth,
-    qp::{self, state, QpInner, QpState},
+    qp::{self, QpInner, QpLocked},
     uapi::{wc_flags, wc_opcode, wc_status, Cqe, RecvWqe, Sge},
     verbs::cq::RxeCq,
     verbs::sgl,
@@ -217,7 +218,7 @@ fn scatter(
 /// Posts the receive completion of the WQE in `s.resp.recv` and retires it.
 fn complete_recv(
     qp: &QpInner,
-    s: &mut QpState,
+    s: &mut QpLocked,
     status: u32,
     opcode: u32,
     byte_len: u32,
@@ -253,7 +254,7 @@ fn complete_recv(
 /// one in progress, then what the ring held when the flush began. The producer index is read
 /// once, so a process posting meanwhile cannot keep the flush going; what it posts later is
 /// flushed by the doorbell the ring's flags ask for.
-pub(crate) fn flush_rq(qp: &QpInner, s: &mut QpState) {
+pub(crate) fn flush_rq(qp: &QpInner, s: &mut QpLocked) {
     if s.resp.recv.is_some() {
         complete_recv(
             qp,
@@ -288,7 +289,7 @@ pub(crate) fn flush_rq(qp: &QpInner, s: &mut QpState) {
 }
 
 /// Sends an ACK or NAK for `psn`, after the READ responses still owed.
-fn send_ack(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, syndrome: Syndrome, psn: Psn) {
+fn send_ack(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpLocked, syndrome: Syndrome, psn: Psn) {
     if s.resp.reads.is_empty() {
         send_ack_now(dev, qp, s, syndrome, psn);
     } else {
@@ -297,7 +298,7 @@ fn send_ack(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, syndrome: Sy
 }
 
 /// Sends an ACK or NAK for `psn` right away.
-fn send_ack_now(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpState, syndrome: Syndrome, psn: Psn) {
+fn send_ack_now(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpLocked, syndrome: Syndrome, psn: Psn) {
     let Some(av) = s.attrs.av else { return };
     let Some(tx) = Transmitter::new(dev, &av) else {
         return;
@@ -319,8 +320,8 @@ fn send_ack_now(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpState, syndrome: Sy
 }
 
 /// The QP is in a state that executes and answers requests (RTR, RTS, SQD).
-fn answers_requests(s: &QpState) -> bool {
-    matches!(s.attrs.state, state::RTR | state::RTS | state::SQD)
+fn answers_requests(s: &QpLocked) -> bool {
+    matches!(s.attrs.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
 }
 
 /// The READ reply slots for a QP whose requester may have `max_dest_rd_atomic` READs
@@ -338,7 +339,7 @@ pub(crate) fn read_reply_slots(max_dest_rd_atomic: u8) -> Result<KVec<ReadReply>
 /// sure the QP's work item runs to send them.
 fn queue_read(
     qp: &Arc<QpInner>,
-    s: &mut QpState,
+    s: &mut QpLocked,
     reth: &Reth,
     psn: Psn,
     repeated: bool,
@@ -432,7 +433,7 @@ pub(crate) fn send_read_replies(dev: &Device<RxeDevice>, qp: &Arc<QpInner>) {
 fn send_read_response(
     dev: &Device<RxeDevice>,
     qp: &QpInner,
-    s: &QpState,
+    s: &QpLocked,
     av: &AddressVector,
     tx: &Transmitter<'_>,
     rkey: u32,
@@ -467,7 +468,7 @@ fn send_read_response(
 fn check_remote(
     dev: &Device<RxeDevice>,
     qp: &QpInner,
-    s: &QpState,
+    s: &QpLocked,
     reth: &Reth,
     rights: i32,
 ) -> core::result::Result<(), Failure> {
@@ -510,7 +511,7 @@ pub(crate) fn refusal_counter(r: Refusal) -> Counter {
 
 /// Checks that `d` may act on the QP at all: its connected peer, RC, our partition. Dropped
 /// silently otherwise, as rdma_rxe does (a NAK would answer whoever forged it).
-pub(crate) fn check_admitted(s: &QpState, d: &Datagram<'_>) -> core::result::Result<(), Counter> {
+pub(crate) fn check_admitted(s: &QpLocked, d: &Datagram<'_>) -> core::result::Result<(), Counter> {
     let av = s.attrs.av.as_ref().ok_or(Counter::RcvdQpNotReady)?;
     admit(d, Transport::Rc, limits::DEFAULT_PKEY, av).map_err(refusal_counter)
 }
@@ -518,7 +519,7 @@ pub(crate) fn check_admitted(s: &QpState, d: &Datagram<'_>) -> core::result::Res
 fn handle_request_locked(
     dev: &Device<RxeDevice>,
     qp: &Arc<QpInner>,
-    s: &mut QpState,
+    s: &mut QpLocked,
     d: &Datagram<'_>,
 ) -> Counter {
     if !answers_requests(s) {
@@ -634,7 +635,7 @@ struct Rnr;
 /// Makes sure a receive WQE is there for a message that consumes one.
 fn need_recv(
     qp: &QpInner,
-    s: &mut QpState,
+    s: &mut QpLocked,
 ) -> core::result::Result<core::result::Result<(), Rnr>, Failure> {
     if s.resp.recv.is_some() {
         return Ok(Ok(()));
@@ -647,7 +648,7 @@ fn need_recv(
     }
 }
 
-fn rnr_nak(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, psn: Psn) {
+fn rnr_nak(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpLocked, psn: Psn) {
     let timer = s.attrs.min_rnr_timer;
     send_ack(dev, qp, s, Syndrome::RnrNak { timer }, psn);
 }
@@ -655,7 +656,7 @@ fn rnr_nak(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, psn: Psn) {
 fn execute_send(
     dev: &Device<RxeDevice>,
     qp: &QpInner,
-    s: &mut QpState,
+    s: &mut QpLocked,
     d: &Datagram<'_>,
     imm: Option<[u8; 4]>,
 ) -> Executed {
@@ -686,7 +687,7 @@ fn execute_send(
 fn execute_write(
     dev: &Device<RxeDevice>,
     qp: &QpInner,
-    s: &mut QpState,
+    s: &mut QpLocked,
     d: &Datagram<'_>,
     reth: Option<Reth>,
     imm: Option<[u8; 4]>,
@@ -745,7 +746,7 @@ fn execute_write(
 
 /// A request we executed before: acknowledge it again, or for a READ, answer it again (the
 /// requester asks for what it lost, possibly from the middle of the responses).
-fn duplicate(dev: &Device<RxeDevice>, qp: &Arc<QpInner>, s: &mut QpState, d: &Datagram<'_>) {
+fn duplicate(dev: &Device<RxeDevice>, qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) {
     if d.info.is_read {
         if let Some(reth) = Reth::parse(d.ext_headers) {
             // Only PSNs a READ executed before took: the responses must not run past them.
@@ -776,7 +777,7 @@ fn duplicate(dev: &Device<RxeDevice>, qp: &Arc<QpInner>, s: &mut QpState, d: &Da
 }
 
 /// NAKs the request at `psn` and moves the QP to the error state.
-fn fail(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpState, f: Failure, psn: Psn) {
+fn fail(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpLocked, f: Failure, psn: Psn) {
     let code = match f {
         Failure::Access => NakCode::RemoteAccessError,
         Failure::Local(wc_status::LOC_QP_OP_ERR) | Failure::BrokenRing => {

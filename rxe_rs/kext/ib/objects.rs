@@ -1,0 +1,188 @@
+// SPDX-License-Identifier: GPL-2.0
+//! What the driver holds of the core's verbs objects: links from a QP to its CQs and to itself,
+//! the core-side operations on MRs and CQs, access and notify flags, counter names, and the
+//! attributes `rdma resource show` prints.
+
+use super::*;
+
+/// A reference from a QP to one of its CQs.
+///
+/// # Invariants
+///
+/// Points to a live `Cq<T>`: the core keeps a CQ alive while a QP uses it (its `usecnt`), and
+/// the QP's users are the verbs on it and the receive softirq, which `destroy_qp` waits out
+/// (`synchronize_rcu`) before the QP, and with it this reference, goes away.
+pub(crate) struct CqRef<T: Driver>(
+    pub(super) NonNull<bindings::ib_cq>,
+    pub(super) PhantomData<T>,
+);
+
+// SAFETY: a CQ may be used from any context (its state has its own locks).
+unsafe impl<T: Driver> Send for CqRef<T> {}
+// SAFETY: as above.
+unsafe impl<T: Driver> Sync for CqRef<T> {}
+
+impl<T: Driver> CqRef<T> {
+    /// The CQ.
+    pub(crate) fn get(&self) -> &Cq<T> {
+        // SAFETY: live for as long as this reference (type invariant).
+        unsafe { Cq::<T>::from_raw(self.0.as_ptr()) }
+    }
+}
+
+/// The core's side of one of our QPs, for reporting asynchronous events to its owner.
+///
+/// # Invariants
+///
+/// Points to an `ib_qp` of ours that is alive until the driver's `destroy_qp` returns; the
+/// driver reports no event after that (it stops its datapath for the QP first).
+pub(crate) struct QpRef<T: Driver>(
+    pub(super) NonNull<bindings::ib_qp>,
+    pub(super) PhantomData<T>,
+);
+
+// SAFETY: only used to call the core's event handler, which may run on any CPU.
+unsafe impl<T: Driver> Send for QpRef<T> {}
+// SAFETY: as above.
+unsafe impl<T: Driver> Sync for QpRef<T> {}
+
+impl<T: Driver> QpRef<T> {
+    /// Reports `event` on the QP to its owner.
+    pub(crate) fn dispatch_event(&self, event: QpEvent) {
+        let event = event.raw();
+        let qp = self.0.as_ptr();
+        // SAFETY: a live QP (type invariant) with a valid device; the core sets
+        // `event_handler` (possibly NULL) and `qp_context` before the QP is used.
+        unsafe {
+            if let Some(handler) = (*qp).event_handler {
+                let mut ev = bindings::ib_event {
+                    device: (*qp).device,
+                    event,
+                    ..Default::default()
+                };
+                ev.element.qp = qp;
+                handler(&mut ev, (*qp).qp_context);
+            }
+        }
+    }
+}
+
+/// What a new QP reaches through the core: its device (for its timer), its completion queues,
+/// and itself (for events). The driver keeps them inside the QP.
+pub(crate) struct QpLinks<T: Driver> {
+    /// Its device.
+    pub(crate) dev: DeviceLink<T>,
+    /// For send completions.
+    pub(crate) send: CqRef<T>,
+    /// For receive completions.
+    pub(crate) recv: CqRef<T>,
+    /// The QP itself, for its asynchronous events.
+    pub(crate) qp: QpRef<T>,
+}
+
+/// The name of one hardware counter (`rdma statistic show`), for a `static` table.
+#[repr(transparent)]
+pub(crate) struct StatDesc(bindings::rdma_stat_desc);
+
+// SAFETY: immutable after construction; the name is a `'static` C string.
+unsafe impl Sync for StatDesc {}
+
+impl StatDesc {
+    /// A counter called `name`.
+    pub(crate) const fn new(name: &'static CStr) -> Self {
+        Self(bindings::rdma_stat_desc {
+            name: name.as_char_ptr(),
+            flags: 0,
+            priv_: core::ptr::null(),
+        })
+    }
+}
+
+/// A memory region of driver `T` (allocated by the driver, unlike the others).
+pub(crate) type Mr<T> = CoreObject<bindings::ib_mr, <T as Driver>::Mr>;
+
+/// MR access flags (`enum ib_access_flags`).
+pub(crate) mod access {
+    use super::bindings;
+    #[allow(missing_docs)]
+    pub(crate) const LOCAL_WRITE: i32 = bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE as i32;
+    #[allow(missing_docs)]
+    pub(crate) const REMOTE_WRITE: i32 = bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE as i32;
+    #[allow(missing_docs)]
+    pub(crate) const REMOTE_READ: i32 = bindings::ib_access_flags_IB_ACCESS_REMOTE_READ as i32;
+    #[allow(missing_docs)]
+    pub(crate) const REMOTE_ATOMIC: i32 = bindings::ib_access_flags_IB_ACCESS_REMOTE_ATOMIC as i32;
+    #[allow(missing_docs)]
+    pub(crate) const MW_BIND: i32 = bindings::ib_access_flags_IB_ACCESS_MW_BIND as i32;
+    /// Flags a device may ignore (relaxed ordering...).
+    pub(crate) const OPTIONAL_RANGE: i32 = bindings::ib_access_flags_IB_ACCESS_OPTIONAL as i32;
+}
+
+/// `ib_req_notify_cq` flags.
+pub(crate) mod cq_notify {
+    use super::bindings;
+    /// Arm for the next solicited completion only.
+    pub(crate) const SOLICITED: u32 = bindings::ib_cq_notify_flags_IB_CQ_SOLICITED;
+    /// Arm for the next completion.
+    pub(crate) const NEXT_COMP: u32 = bindings::ib_cq_notify_flags_IB_CQ_NEXT_COMP;
+    /// Mask of the two above.
+    pub(crate) const SOLICITED_MASK: u32 = bindings::ib_cq_notify_flags_IB_CQ_SOLICITED_MASK;
+    /// Report (return 1) if completions are already pending.
+    pub(crate) const REPORT_MISSED_EVENTS: u32 =
+        bindings::ib_cq_notify_flags_IB_CQ_REPORT_MISSED_EVENTS;
+}
+
+/// The driver-specific attributes of an object being reported over netlink (`rdma resource
+/// show ... -dd`).
+pub(crate) struct DriverAttrs<'a> {
+    pub(super) msg: *mut bindings::sk_buff,
+    pub(super) _msg: PhantomData<&'a mut bindings::sk_buff>,
+}
+
+impl DriverAttrs<'_> {
+    /// Adds the attribute `name` with `value`.
+    pub(crate) fn put_u32(&mut self, name: &CStr, value: u32) -> Result {
+        // SAFETY: `msg` is the message the RDMA core is building for this call; `name` is a
+        // NUL-terminated string it copies.
+        to_result(unsafe { bindings::rdma_nl_put_driver_u32(self.msg, name.as_char_ptr(), value) })
+    }
+}
+
+impl<T> CoreObject<bindings::ib_mr, T> {
+    /// The local key (equal to the remote key for our MRs).
+    pub(crate) fn lkey(&self) -> u32 {
+        // SAFETY: a live MR; the key never changes after registration.
+        unsafe { (*self.raw()).lkey }
+    }
+}
+
+impl<T> CoreObject<bindings::ib_cq, T> {
+    /// Tells the CQ's consumer that a completion arrived (the comp channel wakes up).
+    pub(crate) fn call_comp_handler(&self) {
+        let cq = self.raw();
+        // SAFETY: a live CQ; the core sets `comp_handler` (possibly NULL for kernel CQs
+        // without one) and `cq_context` before the CQ is used.
+        unsafe {
+            if let Some(handler) = (*cq).comp_handler {
+                handler(cq, (*cq).cq_context);
+            }
+        }
+    }
+
+    /// Reports an asynchronous CQ error (overflow) to the CQ's owner.
+    pub(crate) fn raise_cq_error(&self) {
+        let cq = self.raw();
+        // SAFETY: a live CQ with a valid device; `event_handler` may be NULL.
+        unsafe {
+            if let Some(handler) = (*cq).event_handler {
+                let mut event = bindings::ib_event {
+                    device: (*cq).device,
+                    event: bindings::ib_event_type_IB_EVENT_CQ_ERR,
+                    ..Default::default()
+                };
+                event.element.cq = cq;
+                handler(&mut event, (*cq).cq_context);
+            }
+        }
+    }
+}

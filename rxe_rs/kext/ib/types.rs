@@ -1,0 +1,259 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Typed values of the RDMA core's enums and flag sets that the driver reads and writes: the
+//! driver never sees their raw C constants.
+
+use super::super::bindings;
+use core::ops::BitOr;
+
+/// `enum ib_qp_state`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub(crate) enum QpState {
+    /// Created, or reset: nothing runs.
+    Reset = bindings::ib_qp_state_IB_QPS_RESET,
+    /// Receives may be posted.
+    Init = bindings::ib_qp_state_IB_QPS_INIT,
+    /// Ready to receive.
+    Rtr = bindings::ib_qp_state_IB_QPS_RTR,
+    /// Ready to send.
+    Rts = bindings::ib_qp_state_IB_QPS_RTS,
+    /// Send queue drain: no new message starts.
+    Sqd = bindings::ib_qp_state_IB_QPS_SQD,
+    /// Send queue error (not for RC).
+    Sqe = bindings::ib_qp_state_IB_QPS_SQE,
+    /// Error: everything is flushed.
+    Err = bindings::ib_qp_state_IB_QPS_ERR,
+}
+
+impl QpState {
+    /// The state a raw `ib_qp_state` names, if any.
+    pub(crate) fn from_raw(raw: u32) -> Option<Self> {
+        [
+            Self::Reset,
+            Self::Init,
+            Self::Rtr,
+            Self::Rts,
+            Self::Sqd,
+            Self::Sqe,
+            Self::Err,
+        ]
+        .into_iter()
+        .find(|s| *s as u32 == raw)
+    }
+
+    /// The raw `ib_qp_state`.
+    pub(crate) fn raw(self) -> u32 {
+        self as u32
+    }
+}
+
+/// `enum ib_qp_attr_mask`: the attributes a `modify_qp` sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct QpAttrMask(u32);
+
+#[allow(missing_docs)]
+impl QpAttrMask {
+    pub(crate) const STATE: Self = Self(bindings::ib_qp_attr_mask_IB_QP_STATE);
+    pub(crate) const CUR_STATE: Self = Self(bindings::ib_qp_attr_mask_IB_QP_CUR_STATE);
+    pub(crate) const ACCESS_FLAGS: Self = Self(bindings::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS);
+    pub(crate) const PKEY_INDEX: Self = Self(bindings::ib_qp_attr_mask_IB_QP_PKEY_INDEX);
+    pub(crate) const PORT: Self = Self(bindings::ib_qp_attr_mask_IB_QP_PORT);
+    pub(crate) const AV: Self = Self(bindings::ib_qp_attr_mask_IB_QP_AV);
+    pub(crate) const PATH_MTU: Self = Self(bindings::ib_qp_attr_mask_IB_QP_PATH_MTU);
+    pub(crate) const TIMEOUT: Self = Self(bindings::ib_qp_attr_mask_IB_QP_TIMEOUT);
+    pub(crate) const RETRY_CNT: Self = Self(bindings::ib_qp_attr_mask_IB_QP_RETRY_CNT);
+    pub(crate) const RNR_RETRY: Self = Self(bindings::ib_qp_attr_mask_IB_QP_RNR_RETRY);
+    pub(crate) const RQ_PSN: Self = Self(bindings::ib_qp_attr_mask_IB_QP_RQ_PSN);
+    pub(crate) const MAX_QP_RD_ATOMIC: Self =
+        Self(bindings::ib_qp_attr_mask_IB_QP_MAX_QP_RD_ATOMIC);
+    pub(crate) const MIN_RNR_TIMER: Self = Self(bindings::ib_qp_attr_mask_IB_QP_MIN_RNR_TIMER);
+    pub(crate) const SQ_PSN: Self = Self(bindings::ib_qp_attr_mask_IB_QP_SQ_PSN);
+    pub(crate) const MAX_DEST_RD_ATOMIC: Self =
+        Self(bindings::ib_qp_attr_mask_IB_QP_MAX_DEST_RD_ATOMIC);
+    pub(crate) const DEST_QPN: Self = Self(bindings::ib_qp_attr_mask_IB_QP_DEST_QPN);
+}
+
+impl QpAttrMask {
+    /// The mask the core passed (its `int`; the bits are what they are).
+    pub(crate) fn from_raw(raw: i32) -> Self {
+        Self(raw as u32)
+    }
+
+    /// The raw bits.
+    pub(crate) fn raw(self) -> u32 {
+        self.0
+    }
+
+    /// Every bit of `other` is set.
+    pub(crate) fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl BitOr for QpAttrMask {
+    type Output = Self;
+
+    fn bitor(self, other: Self) -> Self {
+        Self(self.0 | other.0)
+    }
+}
+
+/// Asynchronous events a QP reports to its owner (`enum ib_event_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum QpEvent {
+    /// In SQD, every message started before is complete (`IB_EVENT_SQ_DRAINED`).
+    SqDrained,
+    /// A catastrophic work queue error (`IB_EVENT_QP_FATAL`): here, a corrupt ring.
+    Fatal,
+}
+
+impl QpEvent {
+    /// The raw `ib_event_type`.
+    pub(super) fn raw(self) -> bindings::ib_event_type {
+        match self {
+            Self::SqDrained => bindings::ib_event_type_IB_EVENT_SQ_DRAINED,
+            Self::Fatal => bindings::ib_event_type_IB_EVENT_QP_FATAL,
+        }
+    }
+}
+
+/// A set of flags of one C flag type: `const`s of it, `|` to combine, `raw` for the C field.
+macro_rules! flag_set {
+    ($(#[$doc:meta])* $name:ident($raw:ty) { $($(#[$fdoc:meta])* $flag:ident = $value:expr,)* }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub(crate) struct $name($raw);
+
+        impl $name {
+            $($(#[$fdoc])* pub(crate) const $flag: Self = Self($value as $raw);)*
+
+            /// The raw bits, for the C field.
+            pub(crate) fn raw(self) -> $raw {
+                self.0
+            }
+        }
+
+        impl BitOr for $name {
+            type Output = Self;
+
+            fn bitor(self, other: Self) -> Self {
+                Self(self.0 | other.0)
+            }
+        }
+    };
+}
+
+flag_set! {
+    /// `enum ib_device_cap_flags`.
+    DeviceCaps(u64) {
+        /// RNR NAKs are generated.
+        RC_RNR_NAK_GEN = bindings::ib_device_cap_flags_IB_DEVICE_RC_RNR_NAK_GEN,
+        /// Port state changes are reported.
+        PORT_ACTIVE_EVENT = bindings::ib_device_cap_flags_IB_DEVICE_PORT_ACTIVE_EVENT,
+        /// `sys_image_guid` is meaningful.
+        SYS_IMAGE_GUID = bindings::ib_device_cap_flags_IB_DEVICE_SYS_IMAGE_GUID,
+    }
+}
+
+flag_set! {
+    /// `enum ib_kernel_cap_flags`.
+    KernelCaps(u64) {
+        /// `rdma link delete` may remove the device.
+        ALLOW_USER_UNREG = bindings::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG,
+    }
+}
+
+flag_set! {
+    /// `enum ib_port_capability_mask_bits`.
+    PortCaps(u32) {
+        /// A connection manager is supported.
+        CM_SUP = bindings::ib_port_capability_mask_bits_IB_PORT_CM_SUP,
+    }
+}
+
+flag_set! {
+    /// `RDMA_CORE_PORT_*`: the port's transport.
+    CorePortCaps(u32) {
+        /// RoCEv2 (IB transport over UDP).
+        ROCE_UDP_ENCAP = bindings::RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP,
+    }
+}
+
+/// `IB_MGMT_MAD_SIZE`: the MAD size of an IB port.
+pub(crate) const MGMT_MAD_SIZE: u32 = bindings::IB_MGMT_MAD_SIZE;
+
+/// `enum ib_atomic_cap`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub(crate) enum AtomicCap {
+    /// No atomic operations.
+    None = bindings::ib_atomic_cap_IB_ATOMIC_NONE,
+}
+
+/// `enum ib_port_state`, as far as a soft device reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub(crate) enum PortState {
+    /// No usable link.
+    Down = bindings::ib_port_state_IB_PORT_DOWN,
+    /// Up and usable.
+    Active = bindings::ib_port_state_IB_PORT_ACTIVE,
+}
+
+/// `enum ib_port_phys_state`, as far as a soft device reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub(crate) enum PortPhysState {
+    /// The netdev is administratively down.
+    Disabled = bindings::ib_port_phys_state_IB_PORT_PHYS_STATE_DISABLED,
+    /// The netdev is up, without carrier.
+    Polling = bindings::ib_port_phys_state_IB_PORT_PHYS_STATE_POLLING,
+    /// Carrier.
+    LinkUp = bindings::ib_port_phys_state_IB_PORT_PHYS_STATE_LINK_UP,
+}
+
+impl bindings::ib_device_attr {
+    /// Sets the capability flags and the atomic capability.
+    pub(crate) fn set_caps(&mut self, device: DeviceCaps, kernel: KernelCaps, atomic: AtomicCap) {
+        self.device_cap_flags = device.raw();
+        self.kernel_cap_flags = kernel.raw();
+        self.atomic_cap = atomic as u32;
+    }
+}
+
+impl bindings::ib_port_attr {
+    /// Sets the logical and physical state.
+    pub(crate) fn set_state(&mut self, state: PortState, phys: PortPhysState) {
+        self.state = state as u32;
+        self.phys_state = phys as u8;
+    }
+}
+
+impl bindings::ib_qp_init_attr {
+    /// An RC QP is asked for.
+    pub(crate) fn is_rc(&self) -> bool {
+        self.qp_type == bindings::ib_qp_type_IB_QPT_RC
+    }
+
+    /// Every send WR is to complete with a CQE (`IB_SIGNAL_ALL_WR`).
+    pub(crate) fn signals_all(&self) -> bool {
+        self.sq_sig_type == bindings::ib_sig_type_IB_SIGNAL_ALL_WR
+    }
+
+    /// Reports an RC QP that signals every send WR (`signal_all`) or those that ask.
+    pub(crate) fn set_rc(&mut self, signal_all: bool) {
+        self.qp_type = bindings::ib_qp_type_IB_QPT_RC;
+        self.sq_sig_type = if signal_all {
+            bindings::ib_sig_type_IB_SIGNAL_ALL_WR
+        } else {
+            bindings::ib_sig_type_IB_SIGNAL_REQ_WR
+        };
+    }
+}
+
+impl bindings::ib_qp_attr {
+    /// Path migration: none, ever (`IB_MIG_MIGRATED`).
+    pub(crate) fn set_migrated(&mut self) {
+        self.path_mig_state = bindings::ib_mig_state_IB_MIG_MIGRATED;
+    }
+}
