@@ -5,7 +5,7 @@ use crate::{
     counters::{self, Counters},
     kext::{
         ib::{
-            self, AtomicCap, CorePortCaps, Cq, CqInitAttr, Device, DeviceAttr, DeviceCaps,
+            self, Access, AtomicCap, CorePortCaps, Cq, CqInitAttr, Device, DeviceAttr, DeviceCaps,
             KernelCaps, Mr, Pd, PortAttr, PortCaps, PortImmutable, PortPhysState, PortState, Qp,
             QpAttr, QpAttrMask, QpInitAttr, QpLinks, StatDesc,
         },
@@ -324,7 +324,7 @@ impl ib::Driver for RxeDevice {
         start: u64,
         len: u64,
         iova: u64,
-        access: i32,
+        access: Access,
         _udata: &Udata<'_>,
     ) -> Result<(RxeMr, u32)> {
         mr::check_access(access)?;
@@ -340,7 +340,7 @@ impl ib::Driver for RxeDevice {
         })
     }
 
-    fn get_dma_mr(dev: &Device<Self>, pd: &Pd<Self>, access: i32) -> Result<(RxeMr, u32)> {
+    fn get_dma_mr(dev: &Device<Self>, pd: &Pd<Self>, access: Access) -> Result<(RxeMr, u32)> {
         mr::check_access(access)?;
         dev.insert_mr(MrInner {
             key_byte: random_u32() as u8,

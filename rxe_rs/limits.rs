@@ -13,7 +13,7 @@ pub(crate) const GID_TABLE_LEN: i32 = 1024;
 /// One P_Key, the default full-membership one.
 pub(crate) const PKEY_TABLE_LEN: u16 = 1;
 /// `IB_DEFAULT_PKEY_FULL`.
-pub(crate) const DEFAULT_PKEY: u16 = 0xffff;
+pub(crate) const DEFAULT_PKEY: u16 = crate::proto::headers::DEFAULT_PKEY;
 /// `local_ca_ack_delay` (4.096 us * 2^15), as rdma_rxe.
 pub(crate) const LOCAL_CA_ACK_DELAY: u8 = 15;
 /// Page sizes an MR may use.

@@ -12,7 +12,7 @@ use crate::{
     counters::Counter,
     device::RxeDevice,
     kext::{
-        ib::{Device, QpAttrMask, QpCap, QpEvent, QpLinks, QpState},
+        ib::{Access, Device, QpAttrMask, QpCap, QpEvent, QpLinks, QpState},
         lock::{new_spinlock_bh, SpinLockBh},
         timer::{Timer, TimerOwner},
         work,
@@ -44,10 +44,10 @@ use responder::Responder;
 
 /// Rights a QP may grant. LOCAL_WRITE means nothing for a QP, but applications (perftest) pass
 /// it and rdma_rxe accepts it.
-const QP_ACCESS: i32 = ib::access::LOCAL_WRITE
-    | ib::access::REMOTE_WRITE
-    | ib::access::REMOTE_READ
-    | ib::access::REMOTE_ATOMIC;
+const QP_ACCESS: Access = Access::LOCAL_WRITE
+    .union(Access::REMOTE_WRITE)
+    .union(Access::REMOTE_READ)
+    .union(Access::REMOTE_ATOMIC);
 
 /// The attributes `modify_qp` sets.
 #[derive(Clone, Copy)]
@@ -57,7 +57,7 @@ pub(crate) struct QpAttrs {
     pub(crate) dest_qpn: u32,
     pub(crate) sq_psn: Psn,
     pub(crate) rq_psn: Psn,
-    pub(crate) access: i32,
+    pub(crate) access: Access,
     pub(crate) timeout: u8,
     pub(crate) retry_cnt: u8,
     pub(crate) rnr_retry: u8,
@@ -183,7 +183,7 @@ impl QpInner {
             dest_qpn: 0,
             sq_psn: Psn::new(0),
             rq_psn: Psn::new(0),
-            access: 0,
+            access: Access::NONE,
             timeout: 0,
             retry_cnt: 0,
             rnr_retry: 0,
@@ -260,10 +260,11 @@ impl QpInner {
         let mut new = *a;
         new.state = next;
         if m.contains(QpAttrMask::ACCESS_FLAGS) {
-            if attr.qp_access_flags & !QP_ACCESS != 0 {
+            let access = Access::from_raw(attr.qp_access_flags);
+            if !access.within(QP_ACCESS) {
                 return Err(EINVAL);
             }
-            new.access = attr.qp_access_flags;
+            new.access = access;
         }
         if m.contains(QpAttrMask::PKEY_INDEX) && attr.pkey_index >= limits::PKEY_TABLE_LEN {
             return Err(EINVAL);
@@ -372,7 +373,7 @@ impl QpInner {
         attr.rq_psn = a.rq_psn.get();
         attr.sq_psn = a.sq_psn.get();
         attr.dest_qp_num = a.dest_qpn;
-        attr.qp_access_flags = a.access;
+        attr.qp_access_flags = a.access.raw_int();
         attr.cap = self.caps;
         attr.pkey_index = 0;
         attr.port_num = crate::device::PORT;

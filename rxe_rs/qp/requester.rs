@@ -444,7 +444,7 @@ fn send_packet(
         let frame = Frame {
             av,
             sport: qp.sport,
-            bth: bth(
+            bth: Bth::rc(
                 crate::proto::opcode::Opcode::RC_READ_REQUEST.0,
                 dest_qpn,
                 w.first_psn.add(w.sent),
@@ -472,7 +472,7 @@ fn send_packet(
     let frame = Frame {
         av,
         sport: qp.sport,
-        bth: bth(seg.opcode.0, dest_qpn, seg.psn, ack_req, solicited),
+        bth: Bth::rc(seg.opcode.0, dest_qpn, seg.psn, ack_req, solicited),
         reth: has_reth.then_some(Reth {
             va: wqe.remote_addr,
             rkey: wqe.rkey,
@@ -486,22 +486,6 @@ fn send_packet(
         gather(dev, qp.pd, req, index, seg.offset, out)
     })
     .map(|()| ack_req)
-}
-
-/// A request BTH.
-pub(crate) fn bth(opcode: u8, dest_qp: u32, psn: Psn, ack_req: bool, solicited: bool) -> Bth {
-    Bth {
-        opcode,
-        solicited,
-        mig_req: true,
-        pad: 0,
-        pkey: limits::DEFAULT_PKEY,
-        fecn: false,
-        becn: false,
-        dest_qp,
-        ack_req,
-        psn,
-    }
 }
 
 /// Takes WQEs the process posted, up to ring index `end`, off the ring unvalidated so that

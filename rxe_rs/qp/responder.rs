@@ -16,7 +16,7 @@ use crate::{
     device::RxeDevice,
     kext::ib::QpState,
     kext::{
-        ib::{access, Device},
+        ib::{Access, Device},
         mmap::RingIndex,
     },
     limits,
@@ -24,7 +24,7 @@ use crate::{
     proto::{
         admit::{admit, Refusal},
         av::AddressVector,
-        headers::{Aeth, NakCode, Reth, Syndrome, AETH_NO_CREDITS},
+        headers::{Aeth, Bth, NakCode, Reth, Syndrome, AETH_NO_CREDITS},
         opcode::{Opcode, Transport},
         packet::Datagram,
         psn::Psn,
@@ -33,7 +33,6 @@ use crate::{
         segment::packet_count,
         wire::Frame,
     },
-    qp::requester::bth,
     qp::{self, QpInner, QpLocked},
     uapi::{wc_flags, wc_opcode, wc_status, Cqe, RecvWqe, Sge},
     verbs::cq::RxeCq,
@@ -306,7 +305,7 @@ fn send_ack_now(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpLocked, syndrome: S
     let frame = Frame {
         av,
         sport: qp.sport,
-        bth: bth(Opcode::RC_ACK.0, s.attrs.dest_qpn, psn, false, false),
+        bth: Bth::rc(Opcode::RC_ACK.0, s.attrs.dest_qpn, psn, false, false),
         reth: None,
         aeth: Some(Aeth {
             syndrome,
@@ -443,7 +442,7 @@ fn send_read_response(
     let frame = Frame {
         av: *av,
         sport: qp.sport,
-        bth: bth(r.opcode.0, s.attrs.dest_qpn, r.psn, false, false),
+        bth: Bth::rc(r.opcode.0, s.attrs.dest_qpn, r.psn, false, false),
         reth: None,
         aeth: aeth.then_some(Aeth {
             syndrome: Syndrome::Ack {
@@ -459,7 +458,7 @@ fn send_read_response(
             return Ok(());
         }
         let mr = dev.lookup_mr(rkey).ok_or(wc_status::REM_ACCESS_ERR)?;
-        mr.read(qp.pd, r.va, out, access::REMOTE_READ)
+        mr.read(qp.pd, r.va, out, Access::REMOTE_READ)
             .map_err(|_| wc_status::REM_ACCESS_ERR)
     })
 }
@@ -470,9 +469,9 @@ fn check_remote(
     qp: &QpInner,
     s: &QpLocked,
     reth: &Reth,
-    rights: i32,
+    rights: Access,
 ) -> core::result::Result<(), Failure> {
-    if s.attrs.access & rights != rights {
+    if !s.attrs.access.contains(rights) {
         return Err(Failure::Access);
     }
     if reth.dma_len > limits::MAX_MSG_SIZE {
@@ -577,7 +576,7 @@ fn handle_request_locked(
     } else if d.info.is_write {
         execute_write(dev, qp, s, d, reth, imm)
     } else if let Some(reth) = reth.filter(|_| d.info.is_read) {
-        check_remote(dev, qp, s, &reth, access::REMOTE_READ)
+        check_remote(dev, qp, s, &reth, Access::REMOTE_READ)
             .and_then(|()| queue_read(qp, s, &reth, psn, false))
             .map(|()| Outcome::Read(reth.dma_len))
     } else {
@@ -694,7 +693,7 @@ fn execute_write(
 ) -> Executed {
     if d.info.is_first {
         let reth = reth.ok_or(Failure::Invalid)?;
-        check_remote(dev, qp, s, &reth, access::REMOTE_WRITE)?;
+        check_remote(dev, qp, s, &reth, Access::REMOTE_WRITE)?;
         s.resp.write = Some(WriteInProgress {
             rkey: reth.rkey,
             va: reth.va,
@@ -717,7 +716,7 @@ fn execute_write(
     }
     if n > 0 {
         let mr = dev.lookup_mr(w.rkey).ok_or(Failure::Access)?;
-        mr.write(qp.pd, w.va, d.payload, access::REMOTE_WRITE)
+        mr.write(qp.pd, w.va, d.payload, Access::REMOTE_WRITE)
             .map_err(|_| Failure::Access)?;
     }
     w.resid -= n;
@@ -755,7 +754,7 @@ fn duplicate(dev: &Device<RxeDevice>, qp: &Arc<QpInner>, s: &mut QpLocked, d: &D
             // executed (rdma_rxe's responder resources) it cannot be told from a forgery at a
             // guessed PSN, which must not end the QP.
             if end.diff(s.resp.seq.epsn) <= 0
-                && check_remote(dev, qp, s, &reth, access::REMOTE_READ).is_ok()
+                && check_remote(dev, qp, s, &reth, Access::REMOTE_READ).is_ok()
             {
                 // Room is made by dropping older repeats (`ReadReplies::push`); if it could not
                 // be, the requester would simply ask again.

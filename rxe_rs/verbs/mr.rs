@@ -2,15 +2,15 @@
 //! Memory regions: pinned user memory (or all kernel memory, for DMA MRs) with a key, a PD, an
 //! address range and access rights that every local and remote access is checked against.
 
-use crate::kext::{ib::access, umem::PinnedUserMemory};
+use crate::kext::{ib::Access, umem::PinnedUserMemory};
 use kernel::prelude::*;
 
 /// Access flags we implement; the optional range is accepted and ignored.
-const SUPPORTED_ACCESS: i32 = access::LOCAL_WRITE
-    | access::REMOTE_WRITE
-    | access::REMOTE_READ
-    | access::REMOTE_ATOMIC
-    | access::MW_BIND;
+const SUPPORTED_ACCESS: Access = Access::LOCAL_WRITE
+    .union(Access::REMOTE_WRITE)
+    .union(Access::REMOTE_READ)
+    .union(Access::REMOTE_ATOMIC)
+    .union(Access::MW_BIND);
 
 /// Names a protection domain. 64 bits from a counter that only goes up: two PDs never share
 /// one, however many a process allocates and frees (a 32-bit counter wraps after 2^32).
@@ -34,8 +34,8 @@ pub(crate) struct MrInner {
     pub(crate) iova: u64,
     /// Bytes; `iova + len - 1` does not pass 2^64 - 1 (checked at registration).
     pub(crate) len: u64,
-    /// `ib_access_flags`.
-    pub(crate) access: i32,
+    /// Its rights.
+    pub(crate) access: Access,
     pub(crate) backing: Backing,
 }
 
@@ -50,13 +50,13 @@ pub(crate) enum AccessError {
 
 impl MrInner {
     /// Copies `out.len()` bytes at `addr` out of the MR, for a QP in PD `pd` that needs `rights`
-    /// (0 for local reads).
+    /// ([`Access::NONE`] for local reads).
     pub(crate) fn read(
         &self,
         pd: PdId,
         addr: u64,
         out: &mut [u8],
-        rights: i32,
+        rights: Access,
     ) -> core::result::Result<(), AccessError> {
         let offset = self.check(pd, addr, out.len() as u64, rights)?;
         match &self.backing {
@@ -74,7 +74,7 @@ impl MrInner {
         pd: PdId,
         addr: u64,
         data: &[u8],
-        rights: i32,
+        rights: Access,
     ) -> core::result::Result<(), AccessError> {
         let offset = self.check(pd, addr, data.len() as u64, rights)?;
         match &self.backing {
@@ -92,9 +92,9 @@ impl MrInner {
         pd: PdId,
         addr: u64,
         len: u64,
-        rights: i32,
+        rights: Access,
     ) -> core::result::Result<usize, AccessError> {
-        if pd != self.pd || self.access & rights != rights {
+        if pd != self.pd || !self.access.contains(rights) {
             return Err(AccessError::Denied);
         }
         let offset = addr
@@ -122,8 +122,8 @@ pub(crate) fn check_range(iova: u64, len: u64, max: u64) -> Result {
 }
 
 /// Validates MR access flags as rdma_rxe does (after the core's own checks).
-pub(crate) fn check_access(flags: i32) -> Result {
-    if flags & !(SUPPORTED_ACCESS | access::OPTIONAL_RANGE) != 0 {
+pub(crate) fn check_access(flags: Access) -> Result {
+    if !flags.within(SUPPORTED_ACCESS | Access::OPTIONAL_RANGE) {
         return Err(crate::kext::errno::eopnotsupp());
     }
     Ok(())

@@ -10,7 +10,7 @@
 
 use crate::{
     device::RxeDevice,
-    kext::ib::access,
+    kext::ib::Access,
     uapi::{wc_status, Sge},
     verbs::mr::{MrInner, PdId},
 };
@@ -68,7 +68,7 @@ pub(crate) fn gather(
     out: &mut [u8],
 ) -> Result<(), u32> {
     for_each_piece(dev, sges, offset, out.len(), |mr, addr, range| {
-        mr.read(pd, addr, &mut out[range], 0).is_ok()
+        mr.read(pd, addr, &mut out[range], Access::NONE).is_ok()
     })
 }
 
@@ -82,7 +82,7 @@ pub(crate) fn scatter(
     data: &[u8],
 ) -> Result<(), u32> {
     for_each_piece(dev, sges, offset, data.len(), |mr, addr, range| {
-        mr.write(pd, addr, &data[range], access::LOCAL_WRITE)
+        mr.write(pd, addr, &data[range], Access::LOCAL_WRITE)
             .is_ok()
     })
 }

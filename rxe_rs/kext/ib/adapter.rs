@@ -614,7 +614,7 @@ impl<T: Driver> Adapter<T> {
                     start,
                     len,
                     iova,
-                    access,
+                    Access::from_raw(access),
                     &Udata::from_raw(udata),
                 )
             }
@@ -634,7 +634,11 @@ impl<T: Driver> Adapter<T> {
     ) -> *mut bindings::ib_mr {
         // SAFETY: a live PD of ours.
         Self::mr_result(|| unsafe {
-            T::get_dma_mr(Self::dev((*pd).device), Pd::<T>::from_raw(pd), access)
+            T::get_dma_mr(
+                Self::dev((*pd).device),
+                Pd::<T>::from_raw(pd),
+                Access::from_raw(access),
+            )
         })
     }
 

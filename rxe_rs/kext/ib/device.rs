@@ -100,9 +100,9 @@ impl<T: Driver> Device<T> {
         &self,
         addr: u64,
         len: u64,
-        access: i32,
+        access: Access,
     ) -> Result<crate::kext::umem::PinnedUserMemory> {
-        crate::kext::umem::PinnedUserMemory::pin(self.as_raw(), addr, len, access)
+        crate::kext::umem::PinnedUserMemory::pin(self.as_raw(), addr, len, access.raw_int())
     }
 
     /// Our device on `ndev`, if there is one.

@@ -20,7 +20,7 @@ pub(crate) use device::*;
 pub(crate) use objects::*;
 pub(crate) use qp_attr::*;
 pub(crate) use types::{
-    AtomicCap, CorePortCaps, DeviceCaps, KernelCaps, PortCaps, PortPhysState, PortState,
+    Access, AtomicCap, CorePortCaps, DeviceCaps, KernelCaps, PortCaps, PortPhysState, PortState,
     QpAttrMask, QpEvent, QpState, MGMT_MAD_SIZE,
 };
 
@@ -145,11 +145,11 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
         start: u64,
         len: u64,
         iova: u64,
-        access: i32,
+        access: Access,
         udata: &Udata<'_>,
     ) -> Result<(Self::Mr, u32)>;
     /// A DMA MR (all of kernel memory) for kernel users.
-    fn get_dma_mr(dev: &Device<Self>, pd: &Pd<Self>, access: i32) -> Result<(Self::Mr, u32)>;
+    fn get_dma_mr(dev: &Device<Self>, pd: &Pd<Self>, access: Access) -> Result<(Self::Mr, u32)>;
     /// Deregisters an MR (dropped right after).
     fn dereg_mr(dev: &Device<Self>, mr: &Mr<Self>) -> Result;
 

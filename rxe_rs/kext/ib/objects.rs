@@ -101,23 +101,6 @@ impl StatDesc {
 /// A memory region of driver `T` (allocated by the driver, unlike the others).
 pub(crate) type Mr<T> = CoreObject<bindings::ib_mr, <T as Driver>::Mr>;
 
-/// MR access flags (`enum ib_access_flags`).
-pub(crate) mod access {
-    use super::bindings;
-    #[allow(missing_docs)]
-    pub(crate) const LOCAL_WRITE: i32 = bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE as i32;
-    #[allow(missing_docs)]
-    pub(crate) const REMOTE_WRITE: i32 = bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE as i32;
-    #[allow(missing_docs)]
-    pub(crate) const REMOTE_READ: i32 = bindings::ib_access_flags_IB_ACCESS_REMOTE_READ as i32;
-    #[allow(missing_docs)]
-    pub(crate) const REMOTE_ATOMIC: i32 = bindings::ib_access_flags_IB_ACCESS_REMOTE_ATOMIC as i32;
-    #[allow(missing_docs)]
-    pub(crate) const MW_BIND: i32 = bindings::ib_access_flags_IB_ACCESS_MW_BIND as i32;
-    /// Flags a device may ignore (relaxed ordering...).
-    pub(crate) const OPTIONAL_RANGE: i32 = bindings::ib_access_flags_IB_ACCESS_OPTIONAL as i32;
-}
-
 /// `ib_req_notify_cq` flags.
 pub(crate) mod cq_notify {
     use super::bindings;

@@ -128,8 +128,15 @@ macro_rules! flag_set {
             $($(#[$fdoc])* pub(crate) const $flag: Self = Self($value as $raw);)*
 
             /// The raw bits, for the C field.
+            #[allow(dead_code)]
             pub(crate) fn raw(self) -> $raw {
                 self.0
+            }
+
+            /// `self | other`, in a `const`.
+            #[allow(dead_code)]
+            pub(crate) const fn union(self, other: Self) -> Self {
+                Self(self.0 | other.0)
             }
         }
 
@@ -255,5 +262,48 @@ impl bindings::ib_qp_attr {
     /// Path migration: none, ever (`IB_MIG_MIGRATED`).
     pub(crate) fn set_migrated(&mut self) {
         self.path_mig_state = bindings::ib_mig_state_IB_MIG_MIGRATED;
+    }
+}
+
+flag_set! {
+    /// `enum ib_access_flags`: the rights of an MR or a QP.
+    Access(u32) {
+        /// Local writes (receives, READ responses land in it).
+        LOCAL_WRITE = bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE,
+        /// The peer may WRITE into it.
+        REMOTE_WRITE = bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE,
+        /// The peer may READ from it.
+        REMOTE_READ = bindings::ib_access_flags_IB_ACCESS_REMOTE_READ,
+        /// The peer may run atomics on it.
+        REMOTE_ATOMIC = bindings::ib_access_flags_IB_ACCESS_REMOTE_ATOMIC,
+        /// Memory windows may be bound to it.
+        MW_BIND = bindings::ib_access_flags_IB_ACCESS_MW_BIND,
+        /// Flags a device may ignore (relaxed ordering...).
+        OPTIONAL_RANGE = bindings::ib_access_flags_IB_ACCESS_OPTIONAL,
+    }
+}
+
+impl Access {
+    /// No right at all (what a local read needs).
+    pub(crate) const NONE: Self = Self(0);
+
+    /// The flags the core passed (its `int`; the bits are what they are).
+    pub(crate) fn from_raw(raw: i32) -> Self {
+        Self(raw as u32)
+    }
+
+    /// The flags as the core's `int`.
+    pub(crate) fn raw_int(self) -> i32 {
+        self.0 as i32
+    }
+
+    /// Every right of `other` is granted.
+    pub(crate) fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// No flag outside `allowed` is set.
+    pub(crate) fn within(self, allowed: Self) -> bool {
+        self.0 & !allowed.0 == 0
     }
 }

@@ -53,7 +53,27 @@ pub struct Bth {
 /// Transport header version of IBA 1.x.
 const TVER: u8 = 0;
 
+/// The partition key of every packet we send (`IB_DEFAULT_PKEY_FULL`, the only table entry).
+pub const DEFAULT_PKEY: u16 = 0xffff;
+
 impl Bth {
+    /// The BTH of an RC packet we send, with the default P_Key and the migration bit set (as
+    /// rdma_rxe and RoCE NICs send them); its pad is filled in when the frame is built.
+    pub fn rc(opcode: u8, dest_qp: u32, psn: Psn, ack_req: bool, solicited: bool) -> Self {
+        Self {
+            opcode,
+            solicited,
+            mig_req: true,
+            pad: 0,
+            pkey: DEFAULT_PKEY,
+            fecn: false,
+            becn: false,
+            dest_qp,
+            ack_req,
+            psn,
+        }
+    }
+
     /// Parses the first [`BTH_BYTES`] of `b`; `None` if too short or of another version.
     pub fn parse(b: &[u8]) -> Option<Self> {
         let b = b.get(..BTH_BYTES)?;
@@ -223,6 +243,19 @@ pub fn read_be32(b: &[u8]) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn our_rc_bth_carries_the_default_pkey_and_migration_bit() {
+        let b = Bth::rc(0x04, 0x12_3456, Psn::new(7), true, false);
+        let mut raw = [0u8; BTH_BYTES];
+        b.write(&mut raw);
+        // rdma_rxe's RC SEND ONLY: opcode, SE/M/pad/tver, P_Key, QP, A bit + PSN.
+        assert_eq!(
+            raw,
+            [0x04, 0x40, 0xff, 0xff, 0x00, 0x12, 0x34, 0x56, 0x80, 0, 0, 7]
+        );
+        assert_eq!(Bth::parse(&raw), Some(b));
+    }
 
     #[test]
     fn bth_round_trips_and_matches_the_wire_layout() {
