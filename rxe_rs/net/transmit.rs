@@ -15,6 +15,7 @@ use crate::{
         av::{AddressVector, Family},
         wire::{seal, Frame},
     },
+    uapi::WcStatus,
 };
 use kernel::types::ARef;
 
@@ -25,7 +26,7 @@ pub(crate) enum TxError {
     /// retransmission timer covers it.
     Dropped,
     /// The payload could not be gathered: this completion status ends the WQE.
-    Payload(u32),
+    Payload(WcStatus),
 }
 
 /// Sends packets of one QP to its peer.
@@ -60,7 +61,7 @@ impl<'a> Transmitter<'a> {
     pub(crate) fn send(
         &self,
         frame: &Frame,
-        fill: impl FnOnce(&mut [u8]) -> Result<(), u32>,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), WcStatus>,
     ) -> Result<(), TxError> {
         let result = self.build_and_send(frame, fill);
         self.dev.counters.inc(if result.is_ok() {
@@ -74,7 +75,7 @@ impl<'a> Transmitter<'a> {
     fn build_and_send(
         &self,
         frame: &Frame,
-        fill: impl FnOnce(&mut [u8]) -> Result<(), u32>,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), WcStatus>,
     ) -> Result<(), TxError> {
         let len = frame.len().ok_or(TxError::Dropped)?;
         let mut skb = TxDatagram::alloc(&self.ndev, len).map_err(|_| TxError::Dropped)?;

@@ -19,23 +19,23 @@ use crate::{
     qp::requester::{wc_opcode, Requester},
     qp::responder::check_admitted,
     qp::{QpInner, QpLocked},
-    uapi::{send_flags, wc_status, Cqe},
+    uapi::{send_flags, Cqe, WcStatus},
     verbs::cq::RxeCq,
     verbs::sgl,
 };
 
 /// Completes the oldest WQE with `status` (a CQE if it failed or asked for one) and hands its
 /// slot back to the process.
-pub(crate) fn retire(qp: &QpInner, req: &mut Requester, status: u32) {
+pub(crate) fn retire(qp: &QpInner, req: &mut Requester, status: WcStatus) {
     let wqe = *req.wqe(req.q.consumer);
     let w = req.q.retire();
     if w.is_read {
         req.reads.received_before(w.last_psn().add(1)); // flushed: nothing more is asked for
     }
-    if status != wc_status::SUCCESS || qp.sq_sig_all || wqe.flags & send_flags::SIGNALED != 0 {
+    if status != WcStatus::Success || qp.sq_sig_all || wqe.flags & send_flags::SIGNALED != 0 {
         let cqe = Cqe {
             wr_id: wqe.wr_id,
-            status,
+            status: status.raw(),
             opcode: wc_opcode(wqe.opcode),
             byte_len: w.len,
             qp_num: qp.qpn,
@@ -125,11 +125,11 @@ fn handle_response_locked(
     counter
 }
 
-fn remote_status(e: RemoteError) -> u32 {
+fn remote_status(e: RemoteError) -> WcStatus {
     match e {
-        RemoteError::InvalidRequest => wc_status::REM_INV_REQ_ERR,
-        RemoteError::AccessError => wc_status::REM_ACCESS_ERR,
-        RemoteError::OperationalError => wc_status::REM_OP_ERR,
+        RemoteError::InvalidRequest => WcStatus::RemInvReqErr,
+        RemoteError::AccessError => WcStatus::RemAccessErr,
+        RemoteError::OperationalError => WcStatus::RemOpErr,
     }
 }
 
@@ -137,7 +137,7 @@ fn remote_status(e: RemoteError) -> u32 {
 fn ack(qp: &QpInner, s: &mut QpLocked, aeth: Aeth, psn: Psn) -> core::result::Result<(), Counter> {
     let AckOutcome { completed, then } = on_aeth(s.req.q.in_flight_spans(), aeth.syndrome, psn);
     for _ in 0..completed {
-        retire(qp, &mut s.req, wc_status::SUCCESS);
+        retire(qp, &mut s.req, WcStatus::Success);
     }
     let through = unacknowledged_from(s.req.q.fetched_spans(), aeth.syndrome, psn);
     s.req.q.acknowledge_through(through);
@@ -151,7 +151,7 @@ fn ack(qp: &QpInner, s: &mut QpLocked, aeth: Aeth, psn: Psn) -> core::result::Re
             qp.count(Counter::RcvdRnrNak);
             if s.req.rnr_left == 0 {
                 qp.count(Counter::RetryRnrExceededErr);
-                qp.fail(s, s.req.q.consumer, wc_status::RNR_RETRY_EXC_ERR);
+                qp.fail(s, s.req.q.consumer, WcStatus::RnrRetryExcErr);
                 return Ok(());
             }
             if s.req.rnr_left != RETRY_FOREVER {
@@ -180,7 +180,7 @@ fn read_response(
     let index = loop {
         match s.req.q.read_response(psn) {
             ReadResponse::Stale => return Err(Counter::RcvdStaleResponse),
-            ReadResponse::RetireOldest => retire(qp, &mut s.req, wc_status::SUCCESS),
+            ReadResponse::RetireOldest => retire(qp, &mut s.req, WcStatus::Success),
             ReadResponse::EarlierReadIncomplete(from) => {
                 // Responses to a later READ before this one finished: ours were lost.
                 ask_again(qp, &mut s.req, from);
@@ -210,7 +210,7 @@ fn read_response(
     };
     // A LAST response may also end a part of the message (one of several requests).
     if !len_ok || (is_last && !d.info.is_last) {
-        qp.fail(s, index, wc_status::BAD_RESP_ERR);
+        qp.fail(s, index, WcStatus::BadRespErr);
         return Err(Counter::RcvdInvalidRequest);
     }
     if let Err(status) = sgl::scatter(
@@ -228,7 +228,7 @@ fn read_response(
     // opcode said; rdma_rxe answers a repeat from the middle with MIDDLE..LAST).
     s.req.reads.received_before(psn.add(1));
     if is_last {
-        retire(qp, &mut s.req, wc_status::SUCCESS);
+        retire(qp, &mut s.req, WcStatus::Success);
     }
     Ok(())
 }
@@ -259,7 +259,7 @@ fn timer_expired_locked(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpLocked)
         if s.req.retries_left == 0 {
             qp.count(Counter::RetryExceededErr);
             let consumer = s.req.q.consumer;
-            qp.fail(s, consumer, wc_status::RETRY_EXC_ERR);
+            qp.fail(s, consumer, WcStatus::RetryExcErr);
             return;
         }
         if s.req.retries_left != RETRY_FOREVER {

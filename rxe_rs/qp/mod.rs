@@ -18,7 +18,7 @@ use crate::{
         work,
     },
     proto::wire::qp_source_port,
-    uapi::{wc_status, RING_FLAG_FLUSH},
+    uapi::{WcStatus, RING_FLAG_FLUSH},
     verbs::mr::PdId,
 };
 use crate::{
@@ -496,10 +496,10 @@ impl QpInner {
 
     /// The WQE at `index` fails with `status`: those before it are flushed, it completes with
     /// the error, and the QP enters the error state (which flushes the rest).
-    pub(crate) fn fail(&self, s: &mut QpLocked, index: u32, status: u32) {
+    pub(crate) fn fail(&self, s: &mut QpLocked, index: u32, status: WcStatus) {
         // `index` was fetched: this ends within what the kernel holds.
         while s.req.q.consumer != index && s.req.q.consumer != s.req.q.fetched {
-            completer::retire(self, &mut s.req, wc_status::WR_FLUSH_ERR);
+            completer::retire(self, &mut s.req, WcStatus::WrFlushErr);
         }
         if s.req.q.consumer == index && index != s.req.q.fetched {
             completer::retire(self, &mut s.req, status);
@@ -539,7 +539,7 @@ impl QpInner {
         let end = requester::flush_end(self, &s.req);
         loop {
             while s.req.q.consumer != s.req.q.fetched {
-                completer::retire(self, &mut s.req, wc_status::WR_FLUSH_ERR);
+                completer::retire(self, &mut s.req, WcStatus::WrFlushErr);
             }
             // A corrupt ring: nothing more in it can be trusted, or flushed.
             let Some(end) = end else { return };

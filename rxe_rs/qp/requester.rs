@@ -21,7 +21,7 @@ use crate::{
         wire::Frame,
     },
     qp::{QpInner, QpLocked},
-    uapi::{send_flags, send_opcode, wc_opcode, wc_status, SendWqe, Sge},
+    uapi::{send_flags, send_opcode, wc_opcode, SendWqe, Sge, WcStatus},
     verbs::mr::PdId,
     verbs::sgl,
 };
@@ -166,7 +166,7 @@ impl Requester {
 
     /// Copies the next WQE of the ring into the kernel, checks it and numbers its packets at
     /// `mtu`. `Err` carries its index and the completion status it fails with.
-    fn fetch_one(&mut self, qp: &QpInner, mtu: IbMtu) -> core::result::Result<(), (u32, u32)> {
+    fn fetch_one(&mut self, qp: &QpInner, mtu: IbMtu) -> core::result::Result<(), (u32, WcStatus)> {
         let index = self.q.fetched;
         let slot = self.q.slot(index);
         let wqe: SendWqe = qp.sq.read(index, 0).unwrap_or_default();
@@ -179,7 +179,7 @@ impl Requester {
                 self.q
                     .push(len, is_read, mtu)
                     .map(|_| ())
-                    .ok_or((index, wc_status::LOC_QP_OP_ERR))
+                    .ok_or((index, WcStatus::LocQpOpErr))
             }
             Err(status) => {
                 let _ = self.q.push_unnumbered(is_read);
@@ -195,7 +195,7 @@ impl Requester {
         qp: &QpInner,
         index: u32,
         wqe: SendWqe,
-    ) -> core::result::Result<(SendWqe, u32), u32> {
+    ) -> core::result::Result<(SendWqe, u32), WcStatus> {
         let slot = self.q.slot(index);
         let supported = matches!(
             wqe.opcode,
@@ -206,21 +206,21 @@ impl Requester {
                 | send_opcode::RDMA_READ
         );
         if !supported {
-            return Err(wc_status::LOC_QP_OP_ERR);
+            return Err(WcStatus::LocQpOpErr);
         }
         let inline = wqe.flags & send_flags::INLINE != 0;
         let len: u64 = if inline {
             if wqe.opcode == send_opcode::RDMA_READ || wqe.inline_len as usize > self.max_inline {
-                return Err(wc_status::LOC_LEN_ERR);
+                return Err(WcStatus::LocLenErr);
             }
             let dst = &mut self.inline[slot * self.max_inline..][..wqe.inline_len as usize];
             qp.sq
                 .read_bytes(index, core::mem::size_of::<SendWqe>(), dst)
-                .map_err(|_| wc_status::LOC_QP_OP_ERR)?;
+                .map_err(|_| WcStatus::LocQpOpErr)?;
             u64::from(wqe.inline_len)
         } else {
             if wqe.num_sge as usize > self.max_sge {
-                return Err(wc_status::LOC_LEN_ERR);
+                return Err(WcStatus::LocLenErr);
             }
             let mut total = 0u64;
             for i in 0..wqe.num_sge as usize {
@@ -230,17 +230,17 @@ impl Requester {
                         index,
                         core::mem::size_of::<SendWqe>() + i * core::mem::size_of::<Sge>(),
                     )
-                    .map_err(|_| wc_status::LOC_QP_OP_ERR)?;
+                    .map_err(|_| WcStatus::LocQpOpErr)?;
                 // At most 32 lengths below 2^32 each: cannot overflow, checked all the same.
                 total = total
                     .checked_add(u64::from(sge.length))
-                    .ok_or(wc_status::LOC_LEN_ERR)?;
+                    .ok_or(WcStatus::LocLenErr)?;
                 self.sges[slot * self.max_sge + i] = sge;
             }
             total
         };
         if len > u64::from(limits::MAX_MSG_SIZE) {
-            return Err(wc_status::LOC_LEN_ERR);
+            return Err(WcStatus::LocLenErr);
         }
         // A remote range that wraps past 2^64 lies in no MR: fail it as any responder would
         // (remote access error), without putting a wrapped address on the wire. (It may end
@@ -254,7 +254,7 @@ impl Requester {
                 .checked_sub(1)
                 .is_some_and(|last| wqe.remote_addr.checked_add(last).is_none())
         {
-            return Err(wc_status::REM_ACCESS_ERR);
+            return Err(WcStatus::RemAccessErr);
         }
         let mut wqe = wqe;
         if !inline {
@@ -274,14 +274,14 @@ fn gather(
     index: u32,
     offset: u32,
     out: &mut [u8],
-) -> core::result::Result<(), u32> {
+) -> core::result::Result<(), WcStatus> {
     if req.wqe(index).flags & send_flags::INLINE != 0 {
         let start = offset as usize;
-        let end = start.checked_add(out.len()).ok_or(wc_status::LOC_LEN_ERR)?;
+        let end = start.checked_add(out.len()).ok_or(WcStatus::LocLenErr)?;
         out.copy_from_slice(
             req.inline_of(index)
                 .get(start..end)
-                .ok_or(wc_status::LOC_LEN_ERR)?,
+                .ok_or(WcStatus::LocLenErr)?,
         );
         return Ok(());
     }
@@ -293,7 +293,7 @@ pub(crate) enum RunEnd {
     /// Sent what it could.
     Idle,
     /// The WQE at this index failed with this status: the QP must go to the error state.
-    Failed(u32, u32),
+    Failed(u32, WcStatus),
     /// The ring is corrupt.
     BrokenRing,
 }
@@ -438,7 +438,7 @@ fn send_packet(
             .filter(|&skip| skip < w.len || w.len == 0);
         let va = skip.and_then(|skip| wqe.remote_addr.checked_add(u64::from(skip)));
         let (Some(skip), Some(va)) = (skip, va) else {
-            return Err(TxError::Payload(wc_status::REM_ACCESS_ERR));
+            return Err(TxError::Payload(WcStatus::RemAccessErr));
         };
         let dma_len = (w.len - skip).min(responses.saturating_mul(mtu.bytes()));
         let frame = Frame {

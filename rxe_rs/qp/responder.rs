@@ -34,7 +34,7 @@ use crate::{
         wire::Frame,
     },
     qp::{self, QpInner, QpLocked},
-    uapi::{wc_flags, wc_opcode, wc_status, Cqe, RecvWqe, Sge},
+    uapi::{wc_flags, wc_opcode, Cqe, RecvWqe, Sge, WcStatus},
     verbs::cq::RxeCq,
     verbs::sgl,
 };
@@ -141,7 +141,7 @@ enum Failure {
     Access,
     /// The receive WQE could not take the SEND: the WQE completes with this local status, and
     /// the NAK is "invalid request" (too long) or "remote operational error" (a malformed WQE).
-    Local(u32),
+    Local(WcStatus),
     /// The RQ's indices are corrupt: NAK "remote operational error", and the QP's owner gets
     /// `IB_EVENT_QP_FATAL`.
     BrokenRing,
@@ -203,12 +203,12 @@ fn scatter(
     pd: crate::verbs::mr::PdId,
     recv: &mut RecvInProgress,
     data: &[u8],
-) -> core::result::Result<(), u32> {
+) -> core::result::Result<(), WcStatus> {
     let received = recv
         .received
         .checked_add(data.len() as u64)
         .filter(|&n| n <= u64::from(limits::MAX_MSG_SIZE))
-        .ok_or(wc_status::LOC_LEN_ERR)?;
+        .ok_or(WcStatus::LocLenErr)?;
     sgl::scatter(dev, pd, &recv.sges[..recv.num_sge], recv.received, data)?;
     recv.received = received;
     Ok(())
@@ -218,7 +218,7 @@ fn scatter(
 fn complete_recv(
     qp: &QpInner,
     s: &mut QpLocked,
-    status: u32,
+    status: WcStatus,
     opcode: u32,
     byte_len: u32,
     imm: Option<[u8; 4]>,
@@ -231,12 +231,12 @@ fn complete_recv(
     qp.rq.store(RingIndex::Consumer, s.resp.rq_consumer);
     let cqe = Cqe {
         wr_id: recv.wr_id,
-        status,
+        status: status.raw(),
         opcode,
         byte_len,
         imm_data: imm.map_or(0, u32::from_ne_bytes),
         qp_num: qp.qpn,
-        wc_flags: if imm.is_some() && status == wc_status::SUCCESS {
+        wc_flags: if imm.is_some() && status == WcStatus::Success {
             wc_flags::WITH_IMM
         } else {
             0
@@ -255,15 +255,7 @@ fn complete_recv(
 /// flushed by the doorbell the ring's flags ask for.
 pub(crate) fn flush_rq(qp: &QpInner, s: &mut QpLocked) {
     if s.resp.recv.is_some() {
-        complete_recv(
-            qp,
-            s,
-            wc_status::WR_FLUSH_ERR,
-            wc_opcode::RECV,
-            0,
-            None,
-            false,
-        );
+        complete_recv(qp, s, WcStatus::WrFlushErr, wc_opcode::RECV, 0, None, false);
     }
     let producer = qp.rq.load(RingIndex::Producer);
     // A ring too corrupt to read: nothing in it can be flushed.
@@ -275,15 +267,7 @@ pub(crate) fn flush_rq(qp: &QpInner, s: &mut QpLocked) {
             Ok(true) | Err(RqError::BadWqe) => {}
             Ok(false) | Err(RqError::BrokenRing) => return,
         }
-        complete_recv(
-            qp,
-            s,
-            wc_status::WR_FLUSH_ERR,
-            wc_opcode::RECV,
-            0,
-            None,
-            false,
-        );
+        complete_recv(qp, s, WcStatus::WrFlushErr, wc_opcode::RECV, 0, None, false);
     }
 }
 
@@ -457,9 +441,9 @@ fn send_read_response(
         if out.is_empty() {
             return Ok(());
         }
-        let mr = dev.lookup_mr(rkey).ok_or(wc_status::REM_ACCESS_ERR)?;
+        let mr = dev.lookup_mr(rkey).ok_or(WcStatus::RemAccessErr)?;
         mr.read(qp.pd, r.va, out, Access::REMOTE_READ)
-            .map_err(|_| wc_status::REM_ACCESS_ERR)
+            .map_err(|_| WcStatus::RemAccessErr)
     })
 }
 
@@ -642,7 +626,7 @@ fn need_recv(
     match take_recv_wqe(qp, s.resp.rq_consumer, &mut s.resp.recv) {
         Ok(true) => Ok(Ok(())),
         Ok(false) => Ok(Err(Rnr)),
-        Err(RqError::BadWqe) => Err(Failure::Local(wc_status::LOC_QP_OP_ERR)),
+        Err(RqError::BadWqe) => Err(Failure::Local(WcStatus::LocQpOpErr)),
         Err(RqError::BrokenRing) => Err(Failure::BrokenRing),
     }
 }
@@ -673,7 +657,7 @@ fn execute_send(
         complete_recv(
             qp,
             s,
-            wc_status::SUCCESS,
+            WcStatus::Success,
             wc_opcode::RECV,
             len,
             imm,
@@ -732,7 +716,7 @@ fn execute_write(
             complete_recv(
                 qp,
                 s,
-                wc_status::SUCCESS,
+                WcStatus::Success,
                 wc_opcode::RECV_RDMA_WITH_IMM,
                 dma_len,
                 imm,
@@ -779,7 +763,7 @@ fn duplicate(dev: &Device<RxeDevice>, qp: &Arc<QpInner>, s: &mut QpLocked, d: &D
 fn fail(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpLocked, f: Failure, psn: Psn) {
     let code = match f {
         Failure::Access => NakCode::RemoteAccessError,
-        Failure::Local(wc_status::LOC_QP_OP_ERR) | Failure::BrokenRing => {
+        Failure::Local(WcStatus::LocQpOpErr) | Failure::BrokenRing => {
             NakCode::RemoteOperationalError
         }
         Failure::Invalid | Failure::Local(_) => NakCode::InvalidRequest,

@@ -11,7 +11,7 @@
 use crate::{
     device::RxeDevice,
     kext::ib::Access,
-    uapi::{wc_status, Sge},
+    uapi::{Sge, WcStatus},
     verbs::mr::{MrInner, PdId},
 };
 use core::ops::Range;
@@ -26,7 +26,7 @@ fn for_each_piece(
     offset: u64,
     len: usize,
     mut copy: impl FnMut(&MrInner, u64, Range<usize>) -> bool,
-) -> Result<(), u32> {
+) -> Result<(), WcStatus> {
     let mut skip = offset;
     // Bytes still to copy, and where they start in the caller's buffer (`done + left == len`).
     let mut done = 0usize;
@@ -41,11 +41,11 @@ fn for_each_piece(
             continue;
         };
         let n = usize::try_from(in_sge).map_or(left, |n| n.min(left));
-        let addr = sge.addr.checked_add(skip).ok_or(wc_status::LOC_PROT_ERR)?;
-        let end = done.checked_add(n).ok_or(wc_status::LOC_LEN_ERR)?;
-        let mr = dev.lookup_mr(sge.lkey).ok_or(wc_status::LOC_PROT_ERR)?;
+        let addr = sge.addr.checked_add(skip).ok_or(WcStatus::LocProtErr)?;
+        let end = done.checked_add(n).ok_or(WcStatus::LocLenErr)?;
+        let mr = dev.lookup_mr(sge.lkey).ok_or(WcStatus::LocProtErr)?;
         if !copy(&mr, addr, done..end) {
-            return Err(wc_status::LOC_PROT_ERR);
+            return Err(WcStatus::LocProtErr);
         }
         done = end;
         left = left.saturating_sub(n);
@@ -54,7 +54,7 @@ fn for_each_piece(
     if left == 0 {
         Ok(())
     } else {
-        Err(wc_status::LOC_LEN_ERR)
+        Err(WcStatus::LocLenErr)
     }
 }
 
@@ -66,7 +66,7 @@ pub(crate) fn gather(
     sges: &[Sge],
     offset: u64,
     out: &mut [u8],
-) -> Result<(), u32> {
+) -> Result<(), WcStatus> {
     for_each_piece(dev, sges, offset, out.len(), |mr, addr, range| {
         mr.read(pd, addr, &mut out[range], Access::NONE).is_ok()
     })
@@ -80,7 +80,7 @@ pub(crate) fn scatter(
     sges: &[Sge],
     offset: u64,
     data: &[u8],
-) -> Result<(), u32> {
+) -> Result<(), WcStatus> {
     for_each_piece(dev, sges, offset, data.len(), |mr, addr, range| {
         mr.write(pd, addr, &data[range], Access::LOCAL_WRITE)
             .is_ok()

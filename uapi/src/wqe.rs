@@ -196,3 +196,41 @@ pub mod wc_flags {
     pub const WITH_IMM: u32 = 1 << 1;
     pub const WITH_INV: u32 = 1 << 3;
 }
+
+/// A completion status the kernel writes into a CQE (`enum ibv_wc_status`): the values of
+/// [`wc_status`], typed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum WcStatus {
+    /// Completed.
+    Success = wc_status::SUCCESS,
+    /// Local length error: SGEs too short, a message too long.
+    LocLenErr = wc_status::LOC_LEN_ERR,
+    /// Local QP operation error: a bad WQE.
+    LocQpOpErr = wc_status::LOC_QP_OP_ERR,
+    /// Local protection error: a key, right or address an MR refuses.
+    LocProtErr = wc_status::LOC_PROT_ERR,
+    /// Flushed: the QP is in the error state.
+    WrFlushErr = wc_status::WR_FLUSH_ERR,
+    /// Bad response from the responder.
+    BadRespErr = wc_status::BAD_RESP_ERR,
+    /// Local access error.
+    LocAccessErr = wc_status::LOC_ACCESS_ERR,
+    /// The responder found the request invalid.
+    RemInvReqErr = wc_status::REM_INV_REQ_ERR,
+    /// The responder refused the access.
+    RemAccessErr = wc_status::REM_ACCESS_ERR,
+    /// The responder failed.
+    RemOpErr = wc_status::REM_OP_ERR,
+    /// Retransmissions exhausted (`retry_cnt`).
+    RetryExcErr = wc_status::RETRY_EXC_ERR,
+    /// RNR retries exhausted (`rnr_retry`).
+    RnrRetryExcErr = wc_status::RNR_RETRY_EXC_ERR,
+}
+
+impl WcStatus {
+    /// The value of the CQE's `status` field.
+    pub const fn raw(self) -> u32 {
+        self as u32
+    }
+}
