@@ -28,8 +28,8 @@ static CONTEXT_OPS: verbs_context_ops = verbs_context_ops {
     modify_qp: Some(crate::qp::modify_qp),
     query_qp: Some(crate::qp::query_qp),
     destroy_qp: Some(crate::qp::destroy_qp),
-    post_recv: Some(crate::qp::post_recv),
-    post_send: Some(crate::send::post_send),
+    post_recv: Some(crate::post::recv::post_recv),
+    post_send: Some(crate::post::send::post_send),
     create_qp_ex: Some(crate::qp::create_qp_ex),
     ..ZERO_OPS
 };

@@ -12,9 +12,10 @@ pub mod device;
 pub mod ffi;
 pub mod mr;
 pub mod pd;
+pub mod post;
 pub mod qp;
 pub mod ring;
-pub mod send;
+pub mod wqe;
 
 /// Sets `errno` for verbs that report errors through it (those returning pointers).
 pub(crate) fn set_errno(err: i32) {

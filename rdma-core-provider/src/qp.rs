@@ -3,11 +3,11 @@
 
 use crate::{
     ffi::{private::*, verbs::*},
+    post::send::{init_qp_ex, supported_send_ops, SendQueue},
     ring::MappedRing,
-    send::{init_qp_ex, supported_send_ops, SendQueue},
 };
 use core::ffi::c_int;
-use rxe_rs_uapi::{CreateQpResp, RecvWqe, RingGeometry, Sge, RING_FLAG_FLUSH};
+use rxe_rs_uapi::{CreateQpResp, RingGeometry};
 use std::{
     mem::{offset_of, size_of_val, MaybeUninit},
     sync::Mutex,
@@ -240,79 +240,6 @@ pub unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
     if ret == 0 {
         // SAFETY: the kernel QP is gone; unmaps the rings.
         drop(unsafe { Box::from_raw(qp.cast::<Qp>()) });
-    }
-    ret
-}
-
-/// `ibv_post_recv`: writes receive WQEs into the mapped RQ and publishes them; no syscall,
-/// except in the error state, where the ring's flags ask for the doorbell so that the kernel
-/// flushes them.
-///
-/// # Safety
-///
-/// `ibqp` is ours; `wr` is a valid list; `bad` a valid out-pointer.
-pub unsafe extern "C" fn post_recv(
-    ibqp: *mut ibv_qp,
-    mut wr: *mut ibv_recv_wr,
-    bad: *mut *mut ibv_recv_wr,
-) -> c_int {
-    // SAFETY: every `ibv_qp` we hand out starts a `Qp`.
-    let qp = unsafe { &*ibqp.cast::<Qp>() };
-    let Some(rq) = &qp.rq else {
-        return libc::EINVAL;
-    };
-    // SAFETY: libibverbs keeps `state` current (ibv_modify_qp updates it).
-    if unsafe { (*ibqp).state } == IBV_QPS_RESET {
-        // SAFETY: valid out-pointer.
-        unsafe { *bad = wr };
-        return libc::EINVAL;
-    }
-    let _guard = qp.rq_lock.lock().unwrap_or_else(|e| e.into_inner());
-    let slots = rq.geometry().slots();
-    // We are the only producer: the ring's producer index is ours.
-    let mut producer = rq.producer();
-    let consumer = rq.consumer();
-    let mut ret = 0;
-    while !wr.is_null() {
-        // SAFETY: a valid WR of the caller's list.
-        let w = unsafe { &*wr };
-        if producer.wrapping_sub(consumer) >= slots {
-            ret = libc::ENOMEM;
-            break;
-        }
-        if w.num_sge < 0 || w.num_sge as u32 > qp.max_recv_sge {
-            ret = libc::EINVAL;
-            break;
-        }
-        let slot = rq.slot(producer);
-        let header = RecvWqe {
-            wr_id: w.wr_id,
-            num_sge: w.num_sge as u32,
-            reserved: 0,
-        };
-        // SAFETY: the slot holds a `RecvWqe` and `max_recv_sge` SGEs (the kernel sized it so);
-        // `ibv_sge` has `Sge`'s layout (tested) and `sg_list` has `num_sge` entries.
-        unsafe {
-            core::ptr::write_unaligned(slot.cast::<RecvWqe>(), header);
-            core::ptr::copy_nonoverlapping(
-                w.sg_list.cast::<Sge>(),
-                slot.add(core::mem::size_of::<RecvWqe>()).cast::<Sge>(),
-                w.num_sge as usize,
-            );
-        }
-        producer = producer.wrapping_add(1);
-        wr = w.next;
-    }
-    rq.set_producer(producer);
-    if rq.flags_after_fence() & RING_FLAG_FLUSH != 0 {
-        // The WQEs are posted either way; the doorbell only has them flushed sooner than the
-        // next one would.
-        // SAFETY: `ibqp` is a live QP of ours (the post_recv contract).
-        let _ = unsafe { crate::send::ring_doorbell(ibqp, crate::send::Doorbell::Recv) };
-    }
-    if ret != 0 {
-        // SAFETY: valid out-pointer.
-        unsafe { *bad = wr };
     }
     ret
 }

@@ -92,6 +92,22 @@ impl MappedRing {
         // SAFETY: `slot_offset` is inside the mapping (checked against the geometry in `map`).
         unsafe { self.base.add(self.geometry.slot_offset(index)) }
     }
+
+    /// The bytes of the slot of `index`, to write a WQE into.
+    ///
+    /// # Safety
+    ///
+    /// The caller produces into this ring under its lock, and the slot is free: the kernel is
+    /// done with it and reads it only after the producer index passes it. No other reference
+    /// to the slot is alive while the result is.
+    #[allow(clippy::mut_from_ref)] // the ring's lock, not the borrow, makes it exclusive
+    pub unsafe fn slot_mut(&self, index: u32) -> &mut [u8] {
+        // SAFETY: a slot of `slot_size` bytes inside the mapping (checked against the geometry
+        // in `map`), exclusive by the caller's contract.
+        unsafe {
+            core::slice::from_raw_parts_mut(self.slot(index), self.geometry.slot_size as usize)
+        }
+    }
 }
 
 impl Drop for MappedRing {

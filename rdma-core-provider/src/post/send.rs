@@ -3,15 +3,16 @@
 //! provider does) tells the kernel to look. Both the classic `ibv_post_send` and the extended
 //! `ibv_wr_*` API (which perftest uses by default) end up here.
 
+use super::{can_post, qp_of, ring_doorbell, sges_of, Doorbell};
 use crate::{
     ffi::{private::verbs_qp, verbs::*},
     qp::Qp,
+    wqe::{self, SendData},
 };
 use core::ffi::{c_int, c_void};
-use rxe_rs_uapi::{send_flags, send_opcode, SendWqe, Sge};
+use rxe_rs_uapi::{send_opcode, SendWqe, Sge};
 use std::{
     cell::UnsafeCell,
-    mem::size_of,
     sync::atomic::{AtomicBool, Ordering},
 };
 
@@ -62,132 +63,49 @@ pub struct SendQueue {
 // SAFETY: `batch` is only touched with `lock` held.
 unsafe impl Sync for SendQueue {}
 
-fn qp_of<'a>(ibqp: *mut ibv_qp) -> &'a Qp {
-    // SAFETY: every `ibv_qp` we hand out starts a `Qp` (asserted in qp.rs).
-    unsafe { &*ibqp.cast::<Qp>() }
-}
-
-/// Which queue a doorbell is for.
-#[derive(Clone, Copy)]
-pub enum Doorbell {
-    /// New send WQEs.
-    Send,
-    /// New receive WQEs while the QP is in the error state (to be flushed).
-    Recv,
-}
-
-/// The doorbell: tells the kernel a queue has new WQEs (`POST_SEND` or `POST_RECV` with no
-/// work requests: the WQEs are in the ring). Their commands share one layout.
-///
-/// # Safety
-///
-/// `ibqp` is a live QP of this provider (its context's command fd is open).
-pub unsafe fn ring_doorbell(ibqp: *mut ibv_qp, which: Doorbell) -> c_int {
-    #[repr(C)]
-    struct Cmd {
-        hdr: ib_uverbs_cmd_hdr,
-        core: ib_uverbs_post_send,
-    }
-    let (command, wqe_size) = match which {
-        Doorbell::Send => (IB_USER_VERBS_CMD_POST_SEND, size_of::<ib_uverbs_send_wr>()),
-        Doorbell::Recv => (IB_USER_VERBS_CMD_POST_RECV, size_of::<ib_uverbs_recv_wr>()),
-    };
-    let mut resp = ib_uverbs_post_send_resp::default();
-    // SAFETY: a live QP of ours and its context.
-    let (handle, fd) = unsafe { ((*ibqp).handle, (*(*ibqp).context).cmd_fd) };
-    let cmd = Cmd {
-        hdr: ib_uverbs_cmd_hdr {
-            command,
-            in_words: (size_of::<Cmd>() / 4) as u16,
-            out_words: (size_of::<ib_uverbs_post_send_resp>() / 4) as u16,
-        },
-        core: ib_uverbs_post_send {
-            response: &mut resp as *mut _ as u64,
-            qp_handle: handle,
-            wr_count: 0,
-            sge_count: 0,
-            wqe_size: wqe_size as u32,
-            ..Default::default()
-        },
-    };
-    // SAFETY: writes our command struct to the uverbs fd; the kernel writes `resp`.
-    let n = unsafe { libc::write(fd, (&cmd as *const Cmd).cast::<c_void>(), size_of::<Cmd>()) };
-    if n == size_of::<Cmd>() as isize {
-        0
-    } else {
-        std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO)
-    }
-}
-
-/// Whether the QP may post sends at all (RTS or later; the kernel flushes in ERR).
-fn can_post(ibqp: *mut ibv_qp) -> bool {
-    // SAFETY: libibverbs keeps `state` current (ibv_modify_qp updates it).
-    let state = unsafe { (*ibqp).state };
-    !matches!(state, IBV_QPS_RESET | IBV_QPS_INIT | IBV_QPS_RTR)
-}
-
 impl Qp {
     /// The slot of SQ index `index`, if the ring has room for it.
-    fn free_slot(&self, index: u32) -> Option<*mut u8> {
+    ///
+    /// # Safety
+    ///
+    /// Under the SQ lock, for one index at a time: the slot is free (the kernel is done with
+    /// it and reads it only once the producer index passes it), and no other reference to it
+    /// is alive.
+    #[allow(clippy::mut_from_ref)] // the SQ lock, not the borrow, makes it exclusive
+    unsafe fn free_slot(&self, index: u32) -> Option<&mut [u8]> {
         let sq = self.sq.as_ref()?;
-        (index.wrapping_sub(sq.consumer()) < sq.geometry().slots()).then(|| sq.slot(index))
+        // SAFETY: free and exclusive by the caller's contract.
+        (index.wrapping_sub(sq.consumer()) < sq.geometry().slots())
+            .then(|| unsafe { sq.slot_mut(index) })
     }
 }
 
-/// Writes a WQE header into `slot`.
+/// The data of a send WR as the encoder takes it: its SGEs, or with `inline` the bytes they
+/// point at (at most `max_inline` of them in all, else EINVAL before anything is read).
 ///
 /// # Safety
 ///
-/// `slot` is an SQ slot (at least 64 bytes, writable).
-unsafe fn write_header(slot: *mut u8, wqe: &SendWqe) {
-    // SAFETY: as documented.
-    unsafe { core::ptr::write_unaligned(slot.cast::<SendWqe>(), *wqe) }
-}
-
-/// Writes the data part of a WQE at `slot` from `sges`: as SGEs, or inline (copying the bytes
-/// they point at). Returns `(num_sge, inline_len)`.
-///
-/// # Safety
-///
-/// `slot` is an SQ slot sized for `max_sge` SGEs and `max_inline` bytes; with `inline`, every
-/// SGE's `addr` is readable for `length` bytes (the ibverbs contract for inline sends).
-unsafe fn write_data(
-    send: &SendQueue,
-    slot: *mut u8,
+/// With `inline`, every SGE's `addr` is readable for `length` bytes (the ibverbs contract for
+/// inline sends) for as long as the result is used.
+unsafe fn send_data(
     sges: &[Sge],
     inline: bool,
-) -> Result<(u32, u32), c_int> {
-    // SAFETY: the slot starts with a `SendWqe`; its data area follows.
-    let data = unsafe { slot.add(size_of::<SendWqe>()) };
-    if inline {
-        let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
-        if total > u64::from(send.max_inline) {
-            return Err(libc::EINVAL);
-        }
-        let mut at = 0usize;
-        for s in sges {
-            // SAFETY: `at + length` stays within `max_inline` (checked above), which the slot
-            // has room for; the caller guarantees each SGE's source is readable.
-            unsafe {
-                core::ptr::copy_nonoverlapping(
-                    s.addr as usize as *const u8,
-                    data.add(at),
-                    s.length as usize,
-                )
-            };
-            at += s.length as usize;
-        }
-        Ok((0, total as u32))
-    } else {
-        if sges.len() > send.max_sge as usize {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: at most `max_sge` SGEs (checked above), which the slot has room for.
-        unsafe { core::ptr::copy_nonoverlapping(sges.as_ptr(), data.cast::<Sge>(), sges.len()) };
-        Ok((sges.len() as u32, 0))
+    max_inline: u32,
+) -> Result<SendData<'_, impl Iterator<Item = &[u8]>>, c_int> {
+    if !inline {
+        return Ok(SendData::Sges(sges));
     }
+    let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
+    if total > u64::from(max_inline) || sges.iter().any(|s| s.addr == 0 && s.length != 0) {
+        return Err(libc::EINVAL);
+    }
+    Ok(SendData::Inline(sges.iter().map(|s| {
+        if s.length == 0 {
+            return &[][..];
+        }
+        // SAFETY: non-null, and readable by the caller's contract.
+        unsafe { core::slice::from_raw_parts(s.addr as usize as *const u8, s.length as usize) }
+    })))
 }
 
 /// `ibv_post_send`.
@@ -215,7 +133,8 @@ pub unsafe extern "C" fn post_send(
     while !wr.is_null() {
         // SAFETY: a valid WR of the caller's list.
         let w = unsafe { &*wr };
-        let Some(slot) = qp.free_slot(producer) else {
+        // SAFETY: under the SQ lock, one slot at a time.
+        let Some(slot) = (unsafe { qp.free_slot(producer) }) else {
             ret = libc::ENOMEM;
             break;
         };
@@ -232,11 +151,12 @@ pub unsafe extern "C" fn post_send(
             break;
         }
         let inline = w.send_flags & IBV_SEND_INLINE != 0;
-        // SAFETY: `sg_list` has `num_sge` entries; `ibv_sge` is laid out as `Sge` (tested).
-        let sges =
-            unsafe { core::slice::from_raw_parts(w.sg_list.cast::<Sge>(), w.num_sge as usize) };
-        // SAFETY: a free slot of our SQ; inline sources are the caller's buffers.
-        let (num_sge, inline_len) = match unsafe { write_data(&qp.send, slot, sges, inline) } {
+        // SAFETY: `sg_list` has `num_sge` entries (the ibverbs contract).
+        let sges = unsafe { sges_of(w.sg_list, w.num_sge) };
+        // SAFETY: inline sources are the caller's buffers (the ibverbs contract).
+        let written = unsafe { send_data(sges, inline, qp.send.max_inline) }
+            .and_then(|data| wqe::write_send_data(slot, data, qp.send.max_sge, qp.send.max_inline));
+        let (num_sge, inline_len) = match written {
             Ok(v) => v,
             Err(e) => {
                 ret = e;
@@ -262,8 +182,10 @@ pub unsafe extern "C" fn post_send(
             rkey,
             ..Default::default()
         };
-        // SAFETY: a free slot of our SQ.
-        unsafe { write_header(slot, &wqe) };
+        if let Err(e) = wqe::write_send_header(slot, &wqe) {
+            ret = e;
+            break;
+        }
         producer = producer.wrapping_add(1);
         wr = w.next;
     }
@@ -312,7 +234,8 @@ fn begin(qpx: *mut ibv_qp_ex, opcode: u32, rkey: u32, remote_addr: u64, imm: u32
     if b.error != 0 {
         return;
     }
-    let Some(slot) = qp.free_slot(b.next) else {
+    // SAFETY: a `wr_*` call, under the SQ lock; one slot at a time.
+    let Some(slot) = (unsafe { qp.free_slot(b.next) }) else {
         b.error = libc::ENOMEM;
         b.current = None;
         return;
@@ -328,14 +251,21 @@ fn begin(qpx: *mut ibv_qp_ex, opcode: u32, rkey: u32, remote_addr: u64, imm: u32
         rkey,
         ..Default::default()
     };
-    // SAFETY: a free slot of our SQ.
-    unsafe { write_header(slot, &wqe) };
+    if let Err(e) = wqe::write_send_header(slot, &wqe) {
+        b.error = e;
+        b.current = None;
+        return;
+    }
     b.current = Some(b.next);
     b.next = b.next.wrapping_add(1);
 }
 
 /// Fills the data of the current WQE.
-fn set_data(qpx: *mut ibv_qp_ex, sges: &[Sge], inline: bool) {
+///
+/// # Safety
+///
+/// With `inline`, every SGE's `addr` is readable for `length` bytes (the ibverbs contract).
+unsafe fn set_data(qpx: *mut ibv_qp_ex, sges: &[Sge], inline: bool) {
     let qp = qp_of_ex(qpx);
     // SAFETY: a `wr_*` call, under the SQ lock.
     let b = unsafe { batch(qp) };
@@ -345,22 +275,16 @@ fn set_data(qpx: *mut ibv_qp_ex, sges: &[Sge], inline: bool) {
         }
         return;
     };
-    let slot = sq.slot(index);
-    // SAFETY: the current WQE's slot, reserved by `begin`; inline sources are the caller's.
-    match unsafe { write_data(&qp.send, slot, sges, inline) } {
-        Ok((num_sge, inline_len)) => {
-            // SAFETY: the header `begin` wrote; patch its data fields.
-            unsafe {
-                let mut wqe = core::ptr::read_unaligned(slot.cast::<SendWqe>());
-                wqe.num_sge = num_sge;
-                wqe.inline_len = inline_len;
-                if inline {
-                    wqe.flags |= send_flags::INLINE;
-                }
-                write_header(slot, &wqe);
-            }
-        }
-        Err(e) => b.error = e,
+    // SAFETY: the current WQE's slot, reserved by `begin` under the SQ lock, not published.
+    let slot = unsafe { sq.slot_mut(index) };
+    // SAFETY: as the caller promises.
+    let written = unsafe { send_data(sges, inline, qp.send.max_inline) }
+        .and_then(|data| wqe::write_send_data(slot, data, qp.send.max_sge, qp.send.max_inline))
+        .and_then(|(num_sge, inline_len)| {
+            wqe::set_send_data_fields(slot, num_sge, inline_len, inline)
+        });
+    if let Err(e) = written {
+        b.error = e;
     }
 }
 
@@ -435,36 +359,36 @@ unsafe extern "C" fn wr_rdma_read(qpx: *mut ibv_qp_ex, rkey: u32, remote_addr: u
 }
 
 unsafe extern "C" fn wr_set_sge(qpx: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
-    set_data(qpx, &[Sge { addr, length, lkey }], false);
+    // SAFETY: not inline.
+    unsafe { set_data(qpx, &[Sge { addr, length, lkey }], false) };
 }
 
 unsafe extern "C" fn wr_set_sge_list(qpx: *mut ibv_qp_ex, num_sge: usize, list: *const ibv_sge) {
-    // SAFETY: the caller's list has `num_sge` entries; `ibv_sge` is laid out as `Sge`.
-    let sges = unsafe { core::slice::from_raw_parts(list.cast::<Sge>(), num_sge) };
-    set_data(qpx, sges, false);
+    let Ok(num_sge) = c_int::try_from(num_sge) else {
+        // More SGEs than any QP has: the batch fails.
+        // SAFETY: a `wr_*` call, under the SQ lock.
+        let b = unsafe { batch(qp_of_ex(qpx)) };
+        if b.error == 0 {
+            b.error = libc::EINVAL;
+        }
+        return;
+    };
+    // SAFETY: the caller's list has `num_sge` entries.
+    let sges = unsafe { sges_of(list, num_sge) };
+    // SAFETY: not inline.
+    unsafe { set_data(qpx, sges, false) };
 }
 
 unsafe extern "C" fn wr_set_inline_data(qpx: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
-    let Ok(length) = u32::try_from(length) else {
-        return set_data(
-            qpx,
-            &[Sge {
-                addr: 0,
-                length: u32::MAX,
-                lkey: 0,
-            }],
-            true,
-        );
+    // Longer than any inline limit: refused before anything is read.
+    let length = u32::try_from(length).unwrap_or(u32::MAX);
+    let sge = Sge {
+        addr: addr as u64,
+        length,
+        lkey: 0,
     };
-    set_data(
-        qpx,
-        &[Sge {
-            addr: addr as u64,
-            length,
-            lkey: 0,
-        }],
-        true,
-    );
+    // SAFETY: `addr` is readable for `length` bytes (the ibverbs contract).
+    unsafe { set_data(qpx, &[sge], true) };
 }
 
 unsafe extern "C" fn wr_set_inline_data_list(
@@ -482,7 +406,8 @@ unsafe extern "C" fn wr_set_inline_data_list(
             lkey: 0,
         });
     }
-    set_data(qpx, &sges, true);
+    // SAFETY: each buffer is readable for its length (the ibverbs contract).
+    unsafe { set_data(qpx, &sges, true) };
 }
 
 /// The `ibv_qp_ex` operations we offer for `send_ops_flags`, or `None` if it asks for more.
