@@ -11,7 +11,8 @@
 #   make run             the demo: VM, device, ibv_devinfo (and pingpong/perftest once they work)
 #   make clippy          the module through clippy (the kernel's CLIPPY=1, with rustc-web's clippy)
 #   make lint            rustfmt + clippy (module and host crates), warnings are errors
-#   make check           all tests: host unit tests + VM selftests
+#   make check           all tests: lints, host unit tests, VM selftests (the README's command)
+#   make check-quick     the inner loop: lints, host unit tests, one guest with the core scripts
 #   make soak            the hostile campaign for 30 min (SOAK_MINUTES): hostile peer, lossy link
 #   make bench           rxe_rs vs rdma_rxe vs TCP on two VMs (bench kernel): table, CSV, PNG
 
@@ -28,7 +29,7 @@ KDIR ?= $(shell $(ROOT)/scripts/kernel.sh path $(KFLAVOR))
 KDIR_DEP := $(if $(filter $(RXE_RS_CACHE)/%,$(KDIR)),$(KDIR)/.rxe_rs-built)
 KMAKE = $(MAKE) -C $(KDIR) M=$(ROOT) $(KMAKE_TOOLS)
 
-.PHONY: all module provider test-tools kdir kernel clean install setup run check test unit-test selftest bench clippy lint soak
+.PHONY: all module provider test-tools kdir kernel clean install setup run check test unit-test selftest bench clippy lint soak check-quick
 
 all: module provider
 
@@ -79,6 +80,9 @@ run:
 
 check test:
 	$(ROOT)/scripts/check.sh
+
+check-quick:
+	$(ROOT)/scripts/check.sh --quick
 
 bench:
 	$(ROOT)/scripts/bench.sh
