@@ -77,17 +77,18 @@ pub(crate) fn can_post(ibqp: *mut ibv_qp) -> bool {
     !matches!(state, IBV_QPS_RESET | IBV_QPS_INIT | IBV_QPS_RTR)
 }
 
-/// The SGE list of a work request.
+/// The SGE list of a work request: EINVAL for a negative count, or a NULL list with entries.
 ///
 /// # Safety
 ///
-/// `list` has `num_sge` valid entries (the ibverbs contract) when `num_sge` is positive.
-pub(crate) unsafe fn sges_of<'a>(list: *const ibv_sge, num_sge: c_int) -> &'a [Sge] {
+/// A non-NULL `list` has `num_sge` valid entries (the ibverbs contract).
+pub(crate) unsafe fn sges_of<'a>(list: *const ibv_sge, num_sge: c_int) -> Result<&'a [Sge], c_int> {
     match usize::try_from(num_sge) {
+        Ok(0) => Ok(&[]),
         // SAFETY: as the caller promises; `ibv_sge` has `Sge`'s layout (tested).
-        Ok(n) if n > 0 && !list.is_null() => unsafe {
-            core::slice::from_raw_parts(list.cast::<Sge>(), n)
-        },
-        _ => &[],
+        Ok(n) if !list.is_null() => {
+            Ok(unsafe { core::slice::from_raw_parts(list.cast::<Sge>(), n) })
+        }
+        _ => Err(libc::EINVAL),
     }
 }

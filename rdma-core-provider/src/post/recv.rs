@@ -50,7 +50,8 @@ pub unsafe extern "C" fn post_recv(
         let sges = unsafe { sges_of(w.sg_list, w.num_sge) };
         // SAFETY: a free slot (checked above) under the RQ lock, not yet published.
         let slot = unsafe { rq.slot_mut(producer) };
-        if let Err(e) = wqe::write_recv(slot, w.wr_id, sges, qp.max_recv_sge) {
+        if let Err(e) = sges.and_then(|sges| wqe::write_recv(slot, w.wr_id, sges, qp.max_recv_sge))
+        {
             ret = e;
             break;
         }

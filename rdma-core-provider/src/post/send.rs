@@ -152,9 +152,9 @@ pub unsafe extern "C" fn post_send(
         }
         let inline = w.send_flags & IBV_SEND_INLINE != 0;
         // SAFETY: `sg_list` has `num_sge` entries (the ibverbs contract).
-        let sges = unsafe { sges_of(w.sg_list, w.num_sge) };
-        // SAFETY: inline sources are the caller's buffers (the ibverbs contract).
-        let written = unsafe { send_data(sges, inline, qp.send.max_inline) }
+        let written = unsafe { sges_of(w.sg_list, w.num_sge) }
+            // SAFETY: inline sources are the caller's buffers (the ibverbs contract).
+            .and_then(|sges| unsafe { send_data(sges, inline, qp.send.max_inline) })
             .and_then(|data| wqe::write_send_data(slot, data, qp.send.max_sge, qp.send.max_inline));
         let (num_sge, inline_len) = match written {
             Ok(v) => v,
@@ -364,19 +364,20 @@ unsafe extern "C" fn wr_set_sge(qpx: *mut ibv_qp_ex, lkey: u32, addr: u64, lengt
 }
 
 unsafe extern "C" fn wr_set_sge_list(qpx: *mut ibv_qp_ex, num_sge: usize, list: *const ibv_sge) {
-    let Ok(num_sge) = c_int::try_from(num_sge) else {
-        // More SGEs than any QP has: the batch fails.
-        // SAFETY: a `wr_*` call, under the SQ lock.
-        let b = unsafe { batch(qp_of_ex(qpx)) };
-        if b.error == 0 {
-            b.error = libc::EINVAL;
-        }
-        return;
-    };
+    // More SGEs than any QP has: EINVAL below.
+    let num_sge = c_int::try_from(num_sge).unwrap_or(-1);
     // SAFETY: the caller's list has `num_sge` entries.
-    let sges = unsafe { sges_of(list, num_sge) };
-    // SAFETY: not inline.
-    unsafe { set_data(qpx, sges, false) };
+    match unsafe { sges_of(list, num_sge) } {
+        // SAFETY: not inline.
+        Ok(sges) => unsafe { set_data(qpx, sges, false) },
+        Err(e) => {
+            // SAFETY: a `wr_*` call, under the SQ lock.
+            let b = unsafe { batch(qp_of_ex(qpx)) };
+            if b.error == 0 {
+                b.error = e;
+            }
+        }
+    }
 }
 
 unsafe extern "C" fn wr_set_inline_data(qpx: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
