@@ -17,8 +17,10 @@ wait_for() {
 # Waits up to S seconds (default 120) for background process PID to exit, then kills it: a
 # helper process that hangs must not hang the test (it would also keep the device open, and
 # `rdma link delete` waits for every user to close it). Returns the process's exit status.
+# An empty PID is a coprocess that already exited (bash unsets NAME_PID then): nothing to do.
 reap() {
 	local pid=$1 limit=${2:-120}
+	[[ -n $pid ]] || return 0
 	wait_for "$limit" eval "! kill -0 $pid 2>/dev/null" || { echo "# process $pid hung: killed"; kill -9 "$pid"; }
 	wait "$pid"
 }
