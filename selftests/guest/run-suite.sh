@@ -32,6 +32,7 @@ for test in "$@"; do
 	mark=$(dmesg | wc -l)
 	echo "# selftest: $name"
 	limit=${RXE_RS_TEST_TIMEOUT:-900}
+	started=$SECONDS
 	(sleep $((limit - 20)) && dump_state "$name" $((limit - 20))) &
 	watchdog=$!
 	timeout "$limit" bash "$test"
@@ -40,6 +41,7 @@ for test in "$@"; do
 	kill "$watchdog" 2>/dev/null
 	wait "$watchdog" 2>/dev/null
 	echo "# selftest: $name exit=$rc"
+	echo "# selftest: $name took $((SECONDS - started)) s"
 
 	echo "# check: $name dmesg"
 	if [[ -e $KMEMLEAK ]]; then
