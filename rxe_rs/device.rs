@@ -2,7 +2,7 @@
 //! The rxe_rs `ib_device`: attributes, and a port whose state follows the netdev.
 
 use crate::{
-    counters::{self, Counters},
+    counters,
     kext::{
         ib::{
             self, Access, AtomicCap, CorePortCaps, Cq, CqInitAttr, Device, DeviceAttr, DeviceCaps,
@@ -13,9 +13,10 @@ use crate::{
         object::Udata,
         umem::random_u32,
     },
-    limits,
+    limits::{self, PORT},
     proto::{addr::eui64_from_mac, mtu::IbMtu},
-    qp::{QpInner, RxeQp},
+    qp::{QpInner, QpPeers, RxeQp},
+    resources::Resources,
     table::IndexTable,
     uapi,
     verbs::cq::RxeCq,
@@ -24,9 +25,6 @@ use crate::{
 };
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use kernel::{prelude::*, sync::Arc, types::ARef};
-
-/// The only port of a device (IB ports are 1-based).
-pub(crate) const PORT: u32 = 1;
 
 /// Per-device driver state, embedded behind the `ib_device`.
 #[pin_data]
@@ -43,17 +41,11 @@ pub(crate) struct RxeDevice {
     cqs: ObjectCount,
     /// Names PDs, so that MRs and QPs can be matched to theirs (never reused: 64 bits).
     next_pd_id: AtomicU64,
-    /// Memory regions by key index (limit: [`limits::MAX_MR`]).
-    #[pin]
-    pub(crate) mrs: IndexTable<MrInner>,
     /// Queue pairs by number (limit: [`limits::MAX_QP`]).
     #[pin]
-    pub(crate) qps: IndexTable<QpInner>,
-    /// Port counters.
-    pub(crate) counters: Counters,
-    /// The netdev packets go out on. Ours to hold: the RDMA core's own accessor takes a lock
-    /// that must not be taken in softirq, where ACKs and READ responses are sent.
-    pub(crate) ndev: ARef<NetDevice>,
+    qps: IndexTable<QpInner>,
+    /// What the datapath uses: the MRs, the counters, the netdev (each QP holds it too).
+    pub(crate) res: Arc<Resources>,
 }
 
 /// Counts live objects of one kind against the limit the device advertises.
@@ -92,10 +84,8 @@ impl RxeDevice {
             pds: ObjectCount::new(),
             cqs: ObjectCount::new(),
             next_pd_id: AtomicU64::new(1),
-            mrs <- IndexTable::new(1, limits::MAX_MR),
             qps <- IndexTable::new(limits::FIRST_QPN, limits::MAX_QP),
-            counters: Counters::new(),
-            ndev,
+            res: Arc::pin_init(Resources::new(ndev), GFP_KERNEL)?,
         }? Error)
     }
 
@@ -104,16 +94,9 @@ impl RxeDevice {
         eui64_from_mac(ndev.mac())
     }
 
-    /// Registers `inner` in the key table and returns its key.
+    /// Registers `inner` and returns its key.
     fn insert_mr(&self, inner: MrInner) -> Result<(RxeMr, u32)> {
-        let key_byte = inner.key_byte;
-        let index = self.mrs.insert(Arc::new(inner, GFP_KERNEL_ACCOUNT)?)?;
-        Ok((RxeMr, mr::make_key(index, key_byte.into())))
-    }
-
-    /// The MR of an lkey or rkey, if it is registered (the whole key must match).
-    pub(crate) fn lookup_mr(&self, key: u32) -> Option<Arc<MrInner>> {
-        self.mrs.get(key >> 8).filter(|mr| mr.key_byte == key as u8)
+        Ok((RxeMr, self.res.insert_mr(inner)?))
     }
 
     /// The QP numbered `qpn`, if it exists (the whole number must match, not only its index).
@@ -225,7 +208,7 @@ impl ib::Driver for RxeDevice {
     const PORT_COUNTERS: &'static [StatDesc] = &counters::NAMES;
 
     fn read_port_counters(dev: &Device<Self>, _port: u32, values: &mut [u64]) {
-        dev.counters.read(values);
+        dev.res.counters.read(values);
     }
 
     type Pd = RxePd;
@@ -279,7 +262,18 @@ impl ib::Driver for RxeDevice {
             // last, so a blind sweep of QP numbers does not find every QP.
             qpn = ((random_u32() << limits::QPN_INDEX_BITS) | index) & crate::proto::psn::PSN_MASK;
             let inner = Arc::pin_init(
-                QpInner::new(qpn, pd.id, init, links, udata)?,
+                QpInner::new(
+                    qpn,
+                    pd.id,
+                    init,
+                    QpPeers {
+                        res: dev.res.clone(),
+                        send: links.send,
+                        recv: links.recv,
+                        qp: links.qp,
+                    },
+                    udata,
+                )?,
                 GFP_KERNEL_ACCOUNT,
             )?;
             qp = Some(RxeQp {
@@ -353,7 +347,7 @@ impl ib::Driver for RxeDevice {
     }
 
     fn dereg_mr(dev: &Device<Self>, mr: &Mr<Self>) -> Result {
-        let region = dev.mrs.remove(mr.lkey() >> 8);
+        let region = dev.res.mrs.remove(mr.lkey() >> 8);
         // The datapath holds MRs only inside BH-disabled sections (softirq, or under a QP's
         // lock): once those are over, ours is the last reference and the pages are unpinned
         // here, in process context.

@@ -4,6 +4,8 @@
 //! Objects not implemented yet (QPs, CQs, MRs, SRQs, AHs, MWs) report 0, so that no application
 //! plans on them; each limit is raised by the change that implements and enforces it.
 
+/// The only port of a device (IB ports are 1-based).
+pub(crate) const PORT: u32 = 1;
 /// `vendor_id`: the value rdma_rxe uses for soft devices.
 pub(crate) const VENDOR_ID: u32 = 0xff_ffff;
 /// Largest MR and message (2 GiB, as rdma_rxe's `max_msg_sz`).

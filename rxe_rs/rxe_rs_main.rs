@@ -7,7 +7,8 @@
 //! - [`proto`] and [`uapi`]: plain `core` Rust shared with the host (protocol engine, unit-tested
 //!   with `cargo test`) and with the user-space provider (the user ABI);
 //! - [`counters`], [`limits`], [`table`]: what every part of the driver counts, caps and indexes;
-//! - [`verbs`]: PDs, MRs (and the copy through them), CQs;
+//! - [`verbs`]: PDs, MRs (and the copy through them), CQs; [`resources`]: what the datapath
+//!   reaches of its device (the MRs by key, the counters, the netdev);
 //! - [`qp`]: the queue pair, its state machine and its three engines (requester, completer,
 //!   responder); [`net`]: the receive path (UDP 4791) and transmission;
 //! - [`device`] (the `ib_device`), [`link`] (`rdma link add`), [`netdev_events`] (port state
@@ -21,6 +22,7 @@ mod link;
 mod net;
 mod netdev_events;
 mod qp;
+mod resources;
 mod table;
 mod verbs;
 

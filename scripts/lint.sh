@@ -14,7 +14,7 @@ cargo fmt --all --check
 echo "lint: rustfmt --check (module, kernel's .rustfmt.toml)"
 mapfile -t module_sources < <(find rxe_rs -name '*.rs' -not -path 'rxe_rs/proto/*' -not -name '*generated*' | sort)
 rustfmt --check --edition 2021 --config-path "$kdir/.rustfmt.toml" "${module_sources[@]}"
-echo "lint: no import circle in the driver beyond the one design.md names"
+echo "lint: no import circle in the driver (design.md draws its import graph)"
 python3 "$RXE_RS_ROOT/scripts/lib/import-graph.py" --check >/dev/null
 echo "lint: cargo clippy -D warnings (host crates, tests included)"
 cargo clippy --locked --release --workspace --all-targets --quiet -- -D warnings

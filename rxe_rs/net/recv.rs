@@ -52,12 +52,12 @@ impl EncapReceiver for Receiver {
                 Err(DropReason::BadIcrc) => Counter::RcvdIcrcErr,
                 Ok(d) => match dev.lookup_qp(d.bth.dest_qp) {
                     None => Counter::RcvdUnknownQp,
-                    Some(qp) if d.info.is_request => responder::handle_request(&dev, &qp, &d),
-                    Some(qp) => completer::handle_response(&dev, &qp, &d),
+                    Some(qp) if d.info.is_request => responder::handle_request(&qp, &d),
+                    Some(qp) => completer::handle_response(&qp, &d),
                 },
             },
         };
-        dev.counters.inc(outcome);
+        dev.res.counters.inc(outcome);
     }
 }
 

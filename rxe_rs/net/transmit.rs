@@ -4,10 +4,8 @@
 
 use crate::{
     counters::Counter,
-    device::RxeDevice,
     kext::{
         crc::KernelCrc32,
-        ib::Device,
         netdev::NetDevice,
         xmit::{Route, TxDatagram},
     },
@@ -15,6 +13,7 @@ use crate::{
         av::{AddressVector, Family},
         wire::{seal, Frame},
     },
+    resources::Resources,
     uapi::WcStatus,
 };
 use kernel::types::ARef;
@@ -31,7 +30,7 @@ pub(crate) enum TxError {
 
 /// Sends packets of one QP to its peer.
 pub(crate) struct Transmitter<'a> {
-    dev: &'a Device<RxeDevice>,
+    res: &'a Resources,
     ndev: ARef<NetDevice>,
     route: Route,
 }
@@ -39,8 +38,8 @@ pub(crate) struct Transmitter<'a> {
 impl<'a> Transmitter<'a> {
     /// A transmitter along `av` out of the device's netdev; `None` (counted) when there is no
     /// netdev or no route.
-    pub(crate) fn new(dev: &'a Device<RxeDevice>, av: &AddressVector) -> Option<Self> {
-        let route = Some(dev.ndev.clone()).and_then(|ndev| {
+    pub(crate) fn new(res: &'a Resources, av: &AddressVector) -> Option<Self> {
+        let route = Some(res.ndev.clone()).and_then(|ndev| {
             let route = match av.families()? {
                 (Family::Ipv4(s), Family::Ipv4(d)) => Route::lookup(&ndev, &s, &d),
                 (Family::Ipv6(s), Family::Ipv6(d)) => Route::lookup(&ndev, &s, &d),
@@ -49,9 +48,9 @@ impl<'a> Transmitter<'a> {
             Some((ndev, route))
         });
         match route {
-            Some((ndev, route)) => Some(Self { dev, ndev, route }),
+            Some((ndev, route)) => Some(Self { res, ndev, route }),
             None => {
-                dev.counters.inc(Counter::SendErr);
+                res.counters.inc(Counter::SendErr);
                 None
             }
         }
@@ -64,7 +63,7 @@ impl<'a> Transmitter<'a> {
         fill: impl FnOnce(&mut [u8]) -> Result<(), WcStatus>,
     ) -> Result<(), TxError> {
         let result = self.build_and_send(frame, fill);
-        self.dev.counters.inc(if result.is_ok() {
+        self.res.counters.inc(if result.is_ok() {
             Counter::SentPkts
         } else {
             Counter::SendErr

@@ -5,9 +5,8 @@
 
 use crate::{
     counters::Counter,
-    device::RxeDevice,
     kext::ib::QpState,
-    kext::{ib::Device, mmap::RingIndex},
+    kext::mmap::RingIndex,
     proto::{
         completer::{on_aeth, unacknowledged_from, AckOutcome, AfterAck, RemoteError},
         headers::Aeth,
@@ -23,6 +22,33 @@ use crate::{
     verbs::cq::RxeCq,
     verbs::sgl,
 };
+
+/// The completer's own state: the retry budgets, and the timer it runs for the requester.
+#[derive(Default)]
+pub(crate) struct Completer {
+    /// Retransmissions left (`retry_cnt`).
+    pub(crate) retries_left: u8,
+    /// RNR retries left (`rnr_retry`).
+    pub(crate) rnr_left: u8,
+    /// Waiting out an RNR NAK's timer: the requester sends nothing until it expires.
+    pub(crate) rnr_wait: bool,
+    /// The retransmission (or RNR) timer is armed.
+    pub(crate) timer_armed: bool,
+}
+
+impl Completer {
+    /// Full budgets for a connection entering RTS.
+    pub(crate) fn start(&mut self, retry_cnt: u8, rnr_retry: u8) {
+        self.retries_left = retry_cnt;
+        self.rnr_left = rnr_retry;
+    }
+
+    /// Nothing waits, nothing is timed (RESET, ERR).
+    pub(crate) fn stop(&mut self) {
+        self.rnr_wait = false;
+        self.timer_armed = false;
+    }
+}
 
 /// Completes the oldest WQE with `status` (a CQE if it failed or asked for one) and hands its
 /// slot back to the process.
@@ -42,7 +68,7 @@ pub(crate) fn retire(qp: &QpInner, req: &mut Requester, status: WcStatus) {
             ..Default::default()
         };
         // A full CQ raises IB_EVENT_CQ_ERR inside `post`; the QP then enters the error state.
-        if RxeCq::post(qp.links.send.get(), &cqe, false).is_err() {
+        if RxeCq::post(qp.peers.send.get(), &cqe, false).is_err() {
             qp.completion_lost();
         }
     }
@@ -53,26 +79,21 @@ pub(crate) fn retire(qp: &QpInner, req: &mut Requester, status: WcStatus) {
 pub(crate) fn arm_retransmit(qp: &QpInner, s: &mut QpLocked) {
     if s.req.outstanding() {
         if let Some(ns) = s.req.window.ack_timeout_ns(s.attrs.timeout) {
-            s.req.timer_armed = true;
+            s.comp.timer_armed = true;
             qp.arm_timer(ns);
         }
     }
 }
 
 /// Handles a response packet (ACK, NAK, READ response) for `qp`, in softirq.
-pub(crate) fn handle_response(dev: &Device<RxeDevice>, qp: &QpInner, d: &Datagram<'_>) -> Counter {
+pub(crate) fn handle_response(qp: &QpInner, d: &Datagram<'_>) -> Counter {
     let mut s = qp.state.lock();
-    let counter = handle_response_locked(dev, qp, &mut s, d);
+    let counter = handle_response_locked(qp, &mut s, d);
     qp.settle(&mut s);
     counter
 }
 
-fn handle_response_locked(
-    dev: &Device<RxeDevice>,
-    qp: &QpInner,
-    s: &mut QpLocked,
-    d: &Datagram<'_>,
-) -> Counter {
+fn handle_response_locked(qp: &QpInner, s: &mut QpLocked, d: &Datagram<'_>) -> Counter {
     if s.attrs.state != QpState::Rts && s.attrs.state != QpState::Sqd {
         return Counter::RcvdQpNotReady;
     }
@@ -97,7 +118,7 @@ fn handle_response_locked(
     let progress_from = s.req.q.consumer;
     let acked_before = s.req.q.acked_psn;
     let outcome = if d.info.is_read {
-        read_response(dev, qp, s, d, psn)
+        read_response(qp, s, d, psn)
     } else if d.info.atomic_ack_eth {
         return Counter::RcvdUnsupported;
     } else {
@@ -114,13 +135,14 @@ fn handle_response_locked(
         return counter;
     }
     // Forward progress resets the retry budget and restarts the timer.
-    if (s.req.q.consumer != progress_from || s.req.q.acked_psn != acked_before) && !s.req.rnr_wait {
+    if (s.req.q.consumer != progress_from || s.req.q.acked_psn != acked_before) && !s.comp.rnr_wait
+    {
         s.req.window.on_progress();
-        s.req.retries_left = s.attrs.retry_cnt;
-        s.req.timer_armed = false;
+        s.comp.retries_left = s.attrs.retry_cnt;
+        s.comp.timer_armed = false;
         arm_retransmit(qp, s);
     }
-    qp.run_requester(dev, s);
+    qp.run_requester(s);
     qp.check_drained(s);
     counter
 }
@@ -149,17 +171,17 @@ fn ack(qp: &QpInner, s: &mut QpLocked, aeth: Aeth, psn: Psn) -> core::result::Re
         }
         AfterAck::RnrRetry(timer, p) => {
             qp.count(Counter::RcvdRnrNak);
-            if s.req.rnr_left == 0 {
+            if s.comp.rnr_left == 0 {
                 qp.count(Counter::RetryRnrExceededErr);
                 qp.fail(s, s.req.q.consumer, WcStatus::RnrRetryExcErr);
                 return Ok(());
             }
-            if s.req.rnr_left != RETRY_FOREVER {
-                s.req.rnr_left -= 1;
+            if s.comp.rnr_left != RETRY_FOREVER {
+                s.comp.rnr_left -= 1;
             }
             s.req.q.rewind(p);
-            s.req.rnr_wait = true;
-            s.req.timer_armed = true;
+            s.comp.rnr_wait = true;
+            s.comp.timer_armed = true;
             qp.arm_timer(rnr_delay_ns(timer));
         }
         AfterAck::Fail(e) => qp.fail(s, s.req.q.consumer, remote_status(e)),
@@ -170,7 +192,6 @@ fn ack(qp: &QpInner, s: &mut QpLocked, aeth: Aeth, psn: Psn) -> core::result::Re
 /// A READ response: earlier WQEs are implicitly acknowledged; the payload goes into the READ's
 /// local buffers in order.
 fn read_response(
-    dev: &Device<RxeDevice>,
     qp: &QpInner,
     s: &mut QpLocked,
     d: &Datagram<'_>,
@@ -214,7 +235,7 @@ fn read_response(
         return Err(Counter::RcvdInvalidRequest);
     }
     if let Err(status) = sgl::scatter(
-        dev,
+        qp.res(),
         qp.pd,
         s.req.sges_of(index),
         u64::from(offset),
@@ -242,33 +263,33 @@ fn ask_again(qp: &QpInner, req: &mut Requester, from: Psn) {
 }
 
 /// The retransmission or RNR timer expired (softirq).
-pub(crate) fn timer_expired(dev: &Device<RxeDevice>, qp: &QpInner) {
+pub(crate) fn timer_expired(qp: &QpInner) {
     let mut s = qp.state.lock();
-    timer_expired_locked(dev, qp, &mut s);
+    timer_expired_locked(qp, &mut s);
     qp.settle(&mut s);
 }
 
-fn timer_expired_locked(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpLocked) {
-    if !s.req.timer_armed || (s.attrs.state != QpState::Rts && s.attrs.state != QpState::Sqd) {
+fn timer_expired_locked(qp: &QpInner, s: &mut QpLocked) {
+    if !s.comp.timer_armed || (s.attrs.state != QpState::Rts && s.attrs.state != QpState::Sqd) {
         return;
     }
-    s.req.timer_armed = false;
-    if s.req.rnr_wait {
-        s.req.rnr_wait = false;
+    s.comp.timer_armed = false;
+    if s.comp.rnr_wait {
+        s.comp.rnr_wait = false;
     } else if s.req.outstanding() {
-        if s.req.retries_left == 0 {
+        if s.comp.retries_left == 0 {
             qp.count(Counter::RetryExceededErr);
             let consumer = s.req.q.consumer;
             qp.fail(s, consumer, WcStatus::RetryExcErr);
             return;
         }
-        if s.req.retries_left != RETRY_FOREVER {
-            s.req.retries_left -= 1;
+        if s.comp.retries_left != RETRY_FOREVER {
+            s.comp.retries_left -= 1;
         }
         s.req.window.on_timeout();
         qp.count(Counter::Retransmits);
         // Resend from the oldest unacknowledged packet.
         s.req.q.on_timeout();
     }
-    qp.run_requester(dev, s);
+    qp.run_requester(s);
 }

@@ -10,16 +10,16 @@ pub(crate) mod responder;
 
 use crate::{
     counters::Counter,
-    device::RxeDevice,
     kext::{
-        ib::{Access, Device, QpAttrMask, QpCap, QpEvent, QpLinks, QpState},
+        ib::{Access, CqRef, QpAttrMask, QpCap, QpEvent, QpRef, QpState},
         lock::{new_spinlock_bh, SpinLockBh},
         timer::{Timer, TimerOwner},
         work,
     },
     proto::wire::qp_source_port,
+    resources::Resources,
     uapi::{WcStatus, RING_FLAG_FLUSH},
-    verbs::mr::PdId,
+    verbs::{cq::RxeCq, mr::PdId},
 };
 use crate::{
     kext::{
@@ -32,6 +32,7 @@ use crate::{
     proto::{av::AddressVector, mtu::IbMtu, psn::Psn},
     uapi::{recv_wqe_bytes, send_wqe_bytes, CreateQpResp, MmapInfo, RingGeometry},
 };
+use completer::Completer;
 use core::sync::atomic::{fence, AtomicBool, Ordering};
 use kernel::{
     c_str, new_work,
@@ -74,7 +75,19 @@ pub(crate) struct QpAttrs {
 pub(crate) struct QpLocked {
     pub(crate) attrs: QpAttrs,
     pub(crate) req: Requester,
+    pub(crate) comp: Completer,
     pub(crate) resp: Responder,
+}
+
+/// What a QP reaches outside itself: its device's datapath resources, its CQs, and the core's
+/// side of itself (for events).
+pub(crate) struct QpPeers {
+    pub(crate) res: Arc<Resources>,
+    /// For send completions.
+    pub(crate) send: CqRef<RxeCq>,
+    /// For receive completions.
+    pub(crate) recv: CqRef<RxeCq>,
+    pub(crate) qp: QpRef,
 }
 
 /// A queue pair as the verbs layer holds it; the QP itself is shared with the datapath, which
@@ -104,8 +117,8 @@ pub(crate) struct QpInner {
     pub(crate) rq: SharedRing,
     /// What creation granted (reported by query).
     pub(crate) caps: QpCap,
-    /// Where completions and events go.
-    pub(crate) links: QpLinks<RxeDevice>,
+    /// Where packets go out, completions and events go, and MRs are found.
+    pub(crate) peers: QpPeers,
     /// Every send WR completes with a CQE (`sq_sig_all`).
     pub(crate) sq_sig_all: bool,
     /// A completion found its CQ full (and was lost): the QP must enter the error state. Set
@@ -138,7 +151,7 @@ impl QpInner {
         qpn: u32,
         pd_id: PdId,
         init: &mut QpInitAttr,
-        links: QpLinks<RxeDevice>,
+        peers: QpPeers,
         udata: &Udata<'_>,
     ) -> Result<impl PinInit<Self, Error>> {
         if !init.is_rc() {
@@ -202,6 +215,7 @@ impl QpInner {
         let qp_state = QpLocked {
             attrs,
             req,
+            comp: Completer::default(),
             resp: Responder::new()?,
         };
         let caps = init.cap;
@@ -215,7 +229,7 @@ impl QpInner {
             sq,
             rq,
             caps,
-            links,
+            peers,
             sq_sig_all,
             cq_overflowed: AtomicBool::new(false),
             state <- new_spinlock_bh!(qp_state, "rxe_rs_qp"),
@@ -269,7 +283,7 @@ impl QpInner {
         if m.contains(QpAttrMask::PKEY_INDEX) && attr.pkey_index >= limits::PKEY_TABLE_LEN {
             return Err(EINVAL);
         }
-        if m.contains(QpAttrMask::PORT) && attr.port_num != crate::device::PORT {
+        if m.contains(QpAttrMask::PORT) && attr.port_num != crate::limits::PORT {
             return Err(EINVAL);
         }
         if m.contains(QpAttrMask::AV) {
@@ -335,7 +349,8 @@ impl QpInner {
             s.resp.start(new.rq_psn);
         }
         if next == QpState::Rts && cur == QpState::Rtr {
-            s.req.start(new.sq_psn, new.retry_cnt, new.rnr_retry);
+            s.req.start(new.sq_psn);
+            s.comp.start(new.retry_cnt, new.rnr_retry);
         }
         if next == QpState::Sqd && cur == QpState::Rts {
             // No new message starts; those in flight finish (then the event).
@@ -344,13 +359,14 @@ impl QpInner {
         }
         if next == QpState::Rts && cur == QpState::Sqd {
             // Sends what was posted meanwhile.
-            self.run_requester(self.dev(), s);
+            self.run_requester(s);
         }
         if next == QpState::Reset && cur != QpState::Reset {
             // Back to the creation state: the rings start over (the provider resets its side),
             // and no timer of the old connection may fire into the new one.
             self.timer.cancel();
             s.req.reset();
+            s.comp.stop();
             s.resp.reset();
             self.cq_overflowed.store(false, Ordering::Relaxed);
             self.sq.store(RingIndex::Consumer, 0);
@@ -376,7 +392,7 @@ impl QpInner {
         attr.qp_access_flags = a.access.raw_int();
         attr.cap = self.caps;
         attr.pkey_index = 0;
-        attr.port_num = crate::device::PORT;
+        attr.port_num = crate::limits::PORT;
         attr.timeout = a.timeout;
         attr.retry_cnt = a.retry_cnt;
         attr.rnr_retry = a.rnr_retry;
@@ -385,7 +401,7 @@ impl QpInner {
         attr.max_dest_rd_atomic = a.max_dest_rd_atomic;
         attr.sq_draining = u8::from(a.sq_draining);
         if let Some(av) = &a.av {
-            ib::write_roce_av(&mut attr.ah_attr, av, a.sgid_index, crate::device::PORT);
+            ib::write_roce_av(&mut attr.ah_attr, av, a.sgid_index, crate::limits::PORT);
         }
         init.cap = self.caps;
         init.set_rc(self.sq_sig_all);
@@ -406,9 +422,9 @@ impl QpInner {
         out.put_u32(c_str!("acked-psn"), q.acked_psn.get())?;
         out.put_u32(c_str!("sent-end"), q.sent_end.get())?;
         out.put_u32(c_str!("reads-in-flight"), r.reads.len() as u32)?;
-        out.put_u32(c_str!("timer-armed"), u32::from(r.timer_armed))?;
-        out.put_u32(c_str!("retries-left"), u32::from(r.retries_left))?;
-        out.put_u32(c_str!("rnr-wait"), u32::from(r.rnr_wait))?;
+        out.put_u32(c_str!("timer-armed"), u32::from(s.comp.timer_armed))?;
+        out.put_u32(c_str!("retries-left"), u32::from(s.comp.retries_left))?;
+        out.put_u32(c_str!("rnr-wait"), u32::from(s.comp.rnr_wait))?;
         out.put_u32(c_str!("window"), r.window.limit())?;
         out.put_u32(c_str!("backoff"), u32::from(r.window.backoff()))?;
         if q.consumer != q.fetched {
@@ -423,14 +439,14 @@ impl QpInner {
         Ok(())
     }
 
-    /// The device (the timer and the work item have no other way to it).
-    fn dev(&self) -> &Device<RxeDevice> {
-        self.links.dev.get()
+    /// The device's datapath resources.
+    pub(crate) fn res(&self) -> &Resources {
+        &self.peers.res
     }
 
     /// Moves a port counter of the device.
     pub(crate) fn count(&self, c: Counter) {
-        self.dev().counters.inc(c);
+        self.peers.res.counters.inc(c);
     }
 
     /// (Re)arms the timer to expire in `ns`.
@@ -442,7 +458,7 @@ impl QpInner {
     pub(crate) fn post_send(&self) -> Result {
         let mut s = self.state.lock();
         match s.attrs.state {
-            QpState::Rts | QpState::Sqd => self.run_requester(self.dev(), &mut s),
+            QpState::Rts | QpState::Sqd => self.run_requester(&mut s),
             QpState::Err => self.flush_sq(&mut s),
             // Posting before RTS is an immediate error; the provider takes its WQEs back.
             _ => return Err(EINVAL),
@@ -481,15 +497,15 @@ impl QpInner {
     }
 
     /// Runs the requester and acts on how it ended.
-    pub(crate) fn run_requester(&self, dev: &crate::kext::ib::Device<RxeDevice>, s: &mut QpLocked) {
-        match requester::run(dev, self, s) {
+    pub(crate) fn run_requester(&self, s: &mut QpLocked) {
+        match requester::run(self, s) {
             RunEnd::Idle => {}
             RunEnd::Failed(index, status) => return self.fail(s, index, status),
             RunEnd::BrokenRing => return self.fatal(s),
         }
         // Whatever is unacknowledged has a timer to resend it: also when this run sent nothing
         // (the window was shut, the READ credits used up) after a timeout had disarmed it.
-        if !s.req.timer_armed {
+        if !s.comp.timer_armed {
             completer::arm_retransmit(self, s);
         }
     }
@@ -510,8 +526,7 @@ impl QpInner {
     /// Moves to the error state: every outstanding WQE completes with WR_FLUSH_ERR.
     pub(crate) fn enter_error(&self, s: &mut QpLocked) {
         s.attrs.state = QpState::Err;
-        s.req.timer_armed = false;
-        s.req.rnr_wait = false;
+        s.comp.stop();
         self.timer.cancel();
         s.resp.stop();
         self.flush_sq(s);
@@ -529,7 +544,7 @@ impl QpInner {
     /// work queue error. Nothing outside this QP is touched.
     pub(crate) fn fatal(&self, s: &mut QpLocked) {
         self.enter_error(s);
-        self.links.qp.dispatch_event(QpEvent::Fatal);
+        self.peers.qp.dispatch_event(QpEvent::Fatal);
     }
 
     /// Completes every WQE of the SQ, posted or in flight, with WR_FLUSH_ERR: those the kernel
@@ -555,7 +570,7 @@ impl QpInner {
     pub(crate) fn check_drained(&self, s: &mut QpLocked) {
         if s.attrs.state == QpState::Sqd && s.attrs.sq_draining && s.req.nothing_started_left() {
             s.attrs.sq_draining = false;
-            self.links.qp.dispatch_event(QpEvent::SqDrained);
+            self.peers.qp.dispatch_event(QpEvent::SqDrained);
         }
     }
 
@@ -591,7 +606,7 @@ impl WorkItem for QpInner {
     type Pointer = Arc<QpInner>;
 
     fn run(this: Arc<QpInner>) {
-        responder::send_read_replies(this.dev(), &this);
+        responder::send_read_replies(&this);
     }
 }
 
@@ -601,6 +616,6 @@ impl TimerOwner for QpInner {
     }
 
     fn expired(&self) {
-        completer::timer_expired(self.dev(), self);
+        completer::timer_expired(self);
     }
 }

@@ -4,9 +4,8 @@
 //! what it sent is the completer's job; both work on the QP's state under its lock.
 
 use crate::{
-    device::RxeDevice,
     kext::ib::QpState,
-    kext::{ib::Device, mmap::RingIndex},
+    kext::mmap::RingIndex,
     limits,
     net::transmit::{Transmitter, TxError},
     proto::{
@@ -22,7 +21,6 @@ use crate::{
     },
     qp::{QpInner, QpLocked},
     uapi::{send_flags, send_opcode, wc_opcode, SendWqe, Sge, WcStatus},
-    verbs::mr::PdId,
     verbs::sgl,
 };
 use kernel::prelude::*;
@@ -80,13 +78,6 @@ pub(crate) struct Requester {
     pub(crate) reads: ReadRequests<KVec<ReadRequest>>,
     /// Packets sent since the last one asking for an ACK.
     noack_pkts: u32,
-    /// Retransmissions left (`retry_cnt`), RNR retries left (`rnr_retry`).
-    pub(crate) retries_left: u8,
-    pub(crate) rnr_left: u8,
-    /// Waiting out an RNR NAK's timer: nothing is sent until it expires.
-    pub(crate) rnr_wait: bool,
-    /// The retransmission (or RNR) timer is armed.
-    pub(crate) timer_armed: bool,
     /// How far past `acked_psn` it may send, and the retransmission backoff.
     pub(crate) window: SendWindow,
 }
@@ -113,10 +104,6 @@ impl Requester {
             max_sge: max_sge as usize,
             max_inline: max_inline as usize,
             noack_pkts: 0,
-            retries_left: 0,
-            rnr_left: 0,
-            rnr_wait: false,
-            timer_armed: false,
             window: SendWindow::default(),
         })
     }
@@ -142,16 +129,12 @@ impl Requester {
         self.q.reset();
         self.reads.clear();
         self.noack_pkts = 0;
-        self.rnr_wait = false;
-        self.timer_armed = false;
         self.window = SendWindow::default();
     }
 
     /// Starts sending at `sq_psn` (move to RTS).
-    pub(crate) fn start(&mut self, sq_psn: Psn, retry_cnt: u8, rnr_retry: u8) {
+    pub(crate) fn start(&mut self, sq_psn: Psn) {
         self.q.start(sq_psn);
-        self.retries_left = retry_cnt;
-        self.rnr_left = rnr_retry;
     }
 
     /// Every WQE that sent a packet is complete (SQD's "drained").
@@ -268,8 +251,7 @@ impl Requester {
 
 /// Copies the payload bytes at message offset `offset` of the work at `index` into `out`.
 fn gather(
-    dev: &Device<RxeDevice>,
-    pd: PdId,
+    qp: &QpInner,
     req: &Requester,
     index: u32,
     offset: u32,
@@ -285,7 +267,7 @@ fn gather(
         );
         return Ok(());
     }
-    sgl::gather(dev, pd, req.sges_of(index), u64::from(offset), out)
+    sgl::gather(qp.res(), qp.pd, req.sges_of(index), u64::from(offset), out)
 }
 
 /// What a requester run ended with.
@@ -299,7 +281,7 @@ pub(crate) enum RunEnd {
 }
 
 /// Fetches newly posted WQEs and sends what the window allows. Returns how it ended.
-pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpLocked) -> RunEnd {
+pub(crate) fn run(qp: &QpInner, s: &mut QpLocked) -> RunEnd {
     let mtu = s.attrs.path_mtu;
     let req = &mut s.req;
     // Copy out what the process posted.
@@ -318,7 +300,7 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpLocked) -> Ru
             return RunEnd::Failed(index, status);
         }
     }
-    if req.rnr_wait {
+    if s.comp.rnr_wait {
         return RunEnd::Idle;
     }
     let Some(av) = s.attrs.av else {
@@ -366,21 +348,10 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpLocked) -> Ru
         };
         let new_read = w.is_read && !repeat;
         // Looked up once per run; `None` (counted) when there is no route or no memory for one.
-        let tx = tx.get_or_insert_with(|| Transmitter::new(dev, &av));
+        let tx = tx.get_or_insert_with(|| Transmitter::new(qp.res(), &av));
         let edge = s.req.window.is_edge(unacked);
         let sent = match tx.as_ref() {
-            Some(t) => send_packet(
-                dev,
-                qp,
-                &av,
-                s.attrs.dest_qpn,
-                mtu,
-                &s.req,
-                index,
-                psns,
-                t,
-                edge,
-            ),
+            Some(t) => send_packet(qp, &av, s.attrs.dest_qpn, mtu, &s.req, index, psns, t, edge),
             // No route: a loss the retransmission timer recovers. Without a timer (timeout 0)
             // the packet waits unsent for the next run instead (a doorbell or an ACK).
             None if s.req.window.ack_timeout_ns(s.attrs.timeout).is_some() => Err(TxError::Dropped),
@@ -415,7 +386,6 @@ pub(crate) fn run(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpLocked) -> Ru
 /// next `responses`); returns whether it asked for an ACK.
 #[allow(clippy::too_many_arguments)]
 fn send_packet(
-    dev: &Device<RxeDevice>,
     qp: &QpInner,
     av: &AddressVector,
     dest_qpn: u32,
@@ -482,10 +452,8 @@ fn send_packet(
         immdt: has_imm.then_some(wqe.imm_data.to_ne_bytes()),
         payload_len: seg.len,
     };
-    tx.send(&frame, |out| {
-        gather(dev, qp.pd, req, index, seg.offset, out)
-    })
-    .map(|()| ack_req)
+    tx.send(&frame, |out| gather(qp, req, index, seg.offset, out))
+        .map(|()| ack_req)
 }
 
 /// Takes WQEs the process posted, up to ring index `end`, off the ring unvalidated so that

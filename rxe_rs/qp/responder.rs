@@ -13,12 +13,8 @@ use kernel::{prelude::*, sync::Arc};
 
 use crate::{
     counters::Counter,
-    device::RxeDevice,
     kext::ib::QpState,
-    kext::{
-        ib::{Access, Device},
-        mmap::RingIndex,
-    },
+    kext::{ib::Access, mmap::RingIndex},
     limits,
     net::transmit::{Transmitter, TxError},
     proto::{
@@ -199,8 +195,7 @@ fn take_recv_wqe(
 /// Copies `data` into the WQE's buffers after what is already there; a message longer than
 /// `max_msg_sz` fails as one longer than the buffers.
 fn scatter(
-    dev: &Device<RxeDevice>,
-    pd: crate::verbs::mr::PdId,
+    qp: &QpInner,
     recv: &mut RecvInProgress,
     data: &[u8],
 ) -> core::result::Result<(), WcStatus> {
@@ -209,7 +204,13 @@ fn scatter(
         .checked_add(data.len() as u64)
         .filter(|&n| n <= u64::from(limits::MAX_MSG_SIZE))
         .ok_or(WcStatus::LocLenErr)?;
-    sgl::scatter(dev, pd, &recv.sges[..recv.num_sge], recv.received, data)?;
+    sgl::scatter(
+        qp.res(),
+        qp.pd,
+        &recv.sges[..recv.num_sge],
+        recv.received,
+        data,
+    )?;
     recv.received = received;
     Ok(())
 }
@@ -244,7 +245,7 @@ fn complete_recv(
         ..Default::default()
     };
     // A full CQ raises IB_EVENT_CQ_ERR inside `post`; the QP then enters the error state.
-    if RxeCq::post(qp.links.recv.get(), &cqe, solicited).is_err() {
+    if RxeCq::post(qp.peers.recv.get(), &cqe, solicited).is_err() {
         qp.completion_lost();
     }
 }
@@ -272,18 +273,18 @@ pub(crate) fn flush_rq(qp: &QpInner, s: &mut QpLocked) {
 }
 
 /// Sends an ACK or NAK for `psn`, after the READ responses still owed.
-fn send_ack(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpLocked, syndrome: Syndrome, psn: Psn) {
+fn send_ack(qp: &QpInner, s: &mut QpLocked, syndrome: Syndrome, psn: Psn) {
     if s.resp.reads.is_empty() {
-        send_ack_now(dev, qp, s, syndrome, psn);
+        send_ack_now(qp, s, syndrome, psn);
     } else {
         s.resp.deferred_ack = Some((syndrome, psn));
     }
 }
 
 /// Sends an ACK or NAK for `psn` right away.
-fn send_ack_now(dev: &Device<RxeDevice>, qp: &QpInner, s: &QpLocked, syndrome: Syndrome, psn: Psn) {
+fn send_ack_now(qp: &QpInner, s: &QpLocked, syndrome: Syndrome, psn: Psn) {
     let Some(av) = s.attrs.av else { return };
-    let Some(tx) = Transmitter::new(dev, &av) else {
+    let Some(tx) = Transmitter::new(qp.res(), &av) else {
         return;
     };
     let frame = Frame {
@@ -350,7 +351,7 @@ fn queue_read(
 
 /// The QP's work item: sends a batch of the READ responses owed, then the ACK that waited for
 /// them, or queues itself again for the next batch.
-pub(crate) fn send_read_replies(dev: &Device<RxeDevice>, qp: &Arc<QpInner>) {
+pub(crate) fn send_read_replies(qp: &Arc<QpInner>) {
     let mut guard = qp.state.lock();
     let s = &mut *guard;
     if !answers_requests(s) {
@@ -361,7 +362,7 @@ pub(crate) fn send_read_replies(dev: &Device<RxeDevice>, qp: &Arc<QpInner>) {
     let Some((av, tx)) = s
         .attrs
         .av
-        .and_then(|av| Some((av, Transmitter::new(dev, &av)?)))
+        .and_then(|av| Some((av, Transmitter::new(qp.res(), &av)?)))
     else {
         // No route to the requester (counted): it asks again once there is one.
         s.resp.stop();
@@ -386,14 +387,14 @@ pub(crate) fn send_read_replies(dev: &Device<RxeDevice>, qp: &Arc<QpInner>) {
             s.resp.reads.pop();
         }
         budget -= 1;
-        match send_read_response(dev, qp, s, &av, &tx, rkey, &response) {
+        match send_read_response(qp, s, &av, &tx, rkey, &response) {
             Ok(()) => {}
             Err(TxError::Payload(_)) if !repeated => {
                 // The MR was deregistered (or lost its rights) while its READ was being
                 // answered: NAK it with a remote access error, at the response the requester
                 // expects next, which ends the QP as a request naming the MR now would.
                 // Staying silent would have the requester ask again forever (retry_cnt 7).
-                fail(dev, qp, s, Failure::Access, response.psn);
+                fail(qp, s, Failure::Access, response.psn);
                 return;
             }
             // Dropped like a packet lost on the wire: the requester asks again for the rest.
@@ -408,13 +409,12 @@ pub(crate) fn send_read_replies(dev: &Device<RxeDevice>, qp: &Arc<QpInner>) {
     if !s.resp.reads.is_empty() {
         qp::schedule_read_replies(qp);
     } else if let Some((syndrome, psn)) = s.resp.deferred_ack.take() {
-        send_ack_now(dev, qp, s, syndrome, psn);
+        send_ack_now(qp, s, syndrome, psn);
     }
 }
 
 /// Sends one READ response packet, its payload read from the MR `rkey` names.
 fn send_read_response(
-    dev: &Device<RxeDevice>,
     qp: &QpInner,
     s: &QpLocked,
     av: &AddressVector,
@@ -441,7 +441,7 @@ fn send_read_response(
         if out.is_empty() {
             return Ok(());
         }
-        let mr = dev.lookup_mr(rkey).ok_or(WcStatus::RemAccessErr)?;
+        let mr = qp.res().lookup_mr(rkey).ok_or(WcStatus::RemAccessErr)?;
         mr.read(qp.pd, r.va, out, Access::REMOTE_READ)
             .map_err(|_| WcStatus::RemAccessErr)
     })
@@ -449,7 +449,6 @@ fn send_read_response(
 
 /// Checks that `reth` names `len` bytes of an MR of ours the peer may access with `rights`.
 fn check_remote(
-    dev: &Device<RxeDevice>,
     qp: &QpInner,
     s: &QpLocked,
     reth: &Reth,
@@ -464,21 +463,17 @@ fn check_remote(
     if reth.dma_len == 0 {
         return Ok(());
     }
-    let mr = dev.lookup_mr(reth.rkey).ok_or(Failure::Access)?;
+    let mr = qp.res().lookup_mr(reth.rkey).ok_or(Failure::Access)?;
     mr.check(qp.pd, reth.va, u64::from(reth.dma_len), rights)
         .map(|_| ())
         .map_err(|_| Failure::Access)
 }
 
 /// Handles one valid request packet for `qp`, in softirq; returns the counter it moves.
-pub(crate) fn handle_request(
-    dev: &Device<RxeDevice>,
-    qp: &Arc<QpInner>,
-    d: &Datagram<'_>,
-) -> Counter {
+pub(crate) fn handle_request(qp: &Arc<QpInner>, d: &Datagram<'_>) -> Counter {
     let mut guard = qp.state.lock();
     let s = &mut *guard;
-    let counter = handle_request_locked(dev, qp, s, d);
+    let counter = handle_request_locked(qp, s, d);
     qp.settle(s);
     counter
 }
@@ -499,12 +494,7 @@ pub(crate) fn check_admitted(s: &QpLocked, d: &Datagram<'_>) -> core::result::Re
     admit(d, Transport::Rc, limits::DEFAULT_PKEY, av).map_err(refusal_counter)
 }
 
-fn handle_request_locked(
-    dev: &Device<RxeDevice>,
-    qp: &Arc<QpInner>,
-    s: &mut QpLocked,
-    d: &Datagram<'_>,
-) -> Counter {
+fn handle_request_locked(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) -> Counter {
     if !answers_requests(s) {
         return Counter::RcvdQpNotReady;
     }
@@ -521,26 +511,26 @@ fn handle_request_locked(
     ) {
         Verdict::Execute => {}
         Verdict::Duplicate => {
-            duplicate(dev, qp, s, d);
+            duplicate(qp, s, d);
             return Counter::DuplicateRequest;
         }
         Verdict::OutOfSequence => {
             if !s.resp.nak_sent {
                 s.resp.nak_sent = true;
                 let epsn = s.resp.seq.epsn;
-                send_ack(dev, qp, s, Syndrome::Nak(NakCode::PsnSequenceError), epsn);
+                send_ack(qp, s, Syndrome::Nak(NakCode::PsnSequenceError), epsn);
             }
             return Counter::RcvdSeqErr;
         }
         Verdict::InvalidRequest => {
-            fail(dev, qp, s, Failure::Invalid, psn);
+            fail(qp, s, Failure::Invalid, psn);
             return Counter::RcvdInvalidRequest;
         }
     }
     if d.info.ieth || d.info.atomic_eth {
         // SEND WITH INVALIDATE and atomics are not offered (no MWs, atomic_cap NONE): from
         // our peer, in sequence, that is an invalid request.
-        fail(dev, qp, s, Failure::Invalid, psn);
+        fail(qp, s, Failure::Invalid, psn);
         return Counter::RcvdUnsupported;
     }
     let reth = if d.info.reth {
@@ -556,11 +546,11 @@ fn handle_request_locked(
         None
     };
     let result = if d.info.is_send {
-        execute_send(dev, qp, s, d, imm)
+        execute_send(qp, s, d, imm)
     } else if d.info.is_write {
-        execute_write(dev, qp, s, d, reth, imm)
+        execute_write(qp, s, d, reth, imm)
     } else if let Some(reth) = reth.filter(|_| d.info.is_read) {
-        check_remote(dev, qp, s, &reth, Access::REMOTE_READ)
+        check_remote(qp, s, &reth, Access::REMOTE_READ)
             .and_then(|()| queue_read(qp, s, &reth, psn, false))
             .map(|()| Outcome::Read(reth.dma_len))
     } else {
@@ -578,7 +568,6 @@ fn handle_request_locked(
             s.resp.nak_sent = false;
             if d.bth.ack_req {
                 send_ack(
-                    dev,
                     qp,
                     s,
                     Syndrome::Ack {
@@ -594,7 +583,7 @@ fn handle_request_locked(
             if let Failure::Local(status) = f {
                 complete_recv(qp, s, status, wc_opcode::RECV, 0, None, false);
             }
-            fail(dev, qp, s, f, psn);
+            fail(qp, s, f, psn);
             Counter::RcvdInvalidRequest
         }
     }
@@ -631,13 +620,12 @@ fn need_recv(
     }
 }
 
-fn rnr_nak(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpLocked, psn: Psn) {
+fn rnr_nak(qp: &QpInner, s: &mut QpLocked, psn: Psn) {
     let timer = s.attrs.min_rnr_timer;
-    send_ack(dev, qp, s, Syndrome::RnrNak { timer }, psn);
+    send_ack(qp, s, Syndrome::RnrNak { timer }, psn);
 }
 
 fn execute_send(
-    dev: &Device<RxeDevice>,
     qp: &QpInner,
     s: &mut QpLocked,
     d: &Datagram<'_>,
@@ -646,12 +634,12 @@ fn execute_send(
     if d.info.is_first {
         if let Err(Rnr) = need_recv(qp, s)? {
             // Not executed: the requester sends it again after the RNR timer.
-            rnr_nak(dev, qp, s, d.bth.psn);
+            rnr_nak(qp, s, d.bth.psn);
             return Ok(Outcome::NotReady);
         }
     }
     let recv = s.resp.recv.as_mut().ok_or(Failure::Invalid)?;
-    scatter(dev, qp.pd, recv, d.payload).map_err(Failure::Local)?;
+    scatter(qp, recv, d.payload).map_err(Failure::Local)?;
     if d.info.is_last {
         let len = recv.received as u32;
         complete_recv(
@@ -668,7 +656,6 @@ fn execute_send(
 }
 
 fn execute_write(
-    dev: &Device<RxeDevice>,
     qp: &QpInner,
     s: &mut QpLocked,
     d: &Datagram<'_>,
@@ -677,7 +664,7 @@ fn execute_write(
 ) -> Executed {
     if d.info.is_first {
         let reth = reth.ok_or(Failure::Invalid)?;
-        check_remote(dev, qp, s, &reth, Access::REMOTE_WRITE)?;
+        check_remote(qp, s, &reth, Access::REMOTE_WRITE)?;
         s.resp.write = Some(WriteInProgress {
             rkey: reth.rkey,
             va: reth.va,
@@ -689,7 +676,7 @@ fn execute_write(
     // of that packet lands, so that the retry finds everything as it was.
     if imm.is_some() {
         if let Err(Rnr) = need_recv(qp, s)? {
-            rnr_nak(dev, qp, s, d.bth.psn);
+            rnr_nak(qp, s, d.bth.psn);
             return Ok(Outcome::NotReady);
         }
     }
@@ -699,7 +686,7 @@ fn execute_write(
         return Err(Failure::Invalid);
     }
     if n > 0 {
-        let mr = dev.lookup_mr(w.rkey).ok_or(Failure::Access)?;
+        let mr = qp.res().lookup_mr(w.rkey).ok_or(Failure::Access)?;
         mr.write(qp.pd, w.va, d.payload, Access::REMOTE_WRITE)
             .map_err(|_| Failure::Access)?;
     }
@@ -729,7 +716,7 @@ fn execute_write(
 
 /// A request we executed before: acknowledge it again, or for a READ, answer it again (the
 /// requester asks for what it lost, possibly from the middle of the responses).
-fn duplicate(dev: &Device<RxeDevice>, qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) {
+fn duplicate(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) {
     if d.info.is_read {
         if let Some(reth) = Reth::parse(d.ext_headers) {
             // Only PSNs a READ executed before took: the responses must not run past them.
@@ -738,7 +725,7 @@ fn duplicate(dev: &Device<RxeDevice>, qp: &Arc<QpInner>, s: &mut QpLocked, d: &D
             // executed (rdma_rxe's responder resources) it cannot be told from a forgery at a
             // guessed PSN, which must not end the QP.
             if end.diff(s.resp.seq.epsn) <= 0
-                && check_remote(dev, qp, s, &reth, Access::REMOTE_READ).is_ok()
+                && check_remote(qp, s, &reth, Access::REMOTE_READ).is_ok()
             {
                 // Room is made by dropping older repeats (`ReadReplies::push`); if it could not
                 // be, the requester would simply ask again.
@@ -749,7 +736,6 @@ fn duplicate(dev: &Device<RxeDevice>, qp: &Arc<QpInner>, s: &mut QpLocked, d: &D
     }
     let last_done = s.resp.seq.epsn.add(0xff_ffff);
     send_ack(
-        dev,
         qp,
         s,
         Syndrome::Ack {
@@ -760,7 +746,7 @@ fn duplicate(dev: &Device<RxeDevice>, qp: &Arc<QpInner>, s: &mut QpLocked, d: &D
 }
 
 /// NAKs the request at `psn` and moves the QP to the error state.
-fn fail(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpLocked, f: Failure, psn: Psn) {
+fn fail(qp: &QpInner, s: &mut QpLocked, f: Failure, psn: Psn) {
     let code = match f {
         Failure::Access => NakCode::RemoteAccessError,
         Failure::Local(WcStatus::LocQpOpErr) | Failure::BrokenRing => {
@@ -769,7 +755,7 @@ fn fail(dev: &Device<RxeDevice>, qp: &QpInner, s: &mut QpLocked, f: Failure, psn
         Failure::Invalid | Failure::Local(_) => NakCode::InvalidRequest,
     };
     // The error state ends the QP's traffic: no reason to wait for READ responses.
-    send_ack_now(dev, qp, s, Syndrome::Nak(code), psn);
+    send_ack_now(qp, s, Syndrome::Nak(code), psn);
     if let Failure::BrokenRing = f {
         qp.fatal(s);
     } else {

@@ -3,10 +3,9 @@
 
 use crate::kext::lock::{new_spinlock_bh, SpinLockBh};
 use crate::{
-    device::RxeDevice,
     kext::{
         errno::eopnotsupp,
-        ib::{cq_notify, Cq},
+        ib::{cq_notify, CqOf},
         mmap::{RingIndex, SharedRing},
         object::Udata,
     },
@@ -81,7 +80,7 @@ impl RxeCq {
     /// Posts a completion and wakes the consumer if it asked to be. A full ring (or one whose
     /// consumer index the process corrupted) fails with EBUSY and raises `IB_EVENT_CQ_ERR`,
     /// once until a completion fits again.
-    pub(crate) fn post(cq: &Cq<RxeDevice>, cqe: &Cqe, solicited: bool) -> Result {
+    pub(crate) fn post(cq: &CqOf<RxeCq>, cqe: &Cqe, solicited: bool) -> Result {
         let wake = {
             let mut p = cq.producer.lock();
             let geometry = p.ring.geometry();

@@ -2,7 +2,10 @@
 //! Memory regions: pinned user memory (or all kernel memory, for DMA MRs) with a key, a PD, an
 //! address range and access rights that every local and remote access is checked against.
 
-use crate::kext::{ib::Access, umem::PinnedUserMemory};
+use crate::{
+    kext::{ib::Access, umem::PinnedUserMemory},
+    uapi::WcStatus,
+};
 use kernel::prelude::*;
 
 /// Access flags we implement; the optional range is accepted and ignored.
@@ -46,6 +49,14 @@ pub(crate) enum AccessError {
     OutOfBounds,
     /// The MR lacks the needed right, or belongs to another PD.
     Denied,
+}
+
+/// A QP's access to its own MRs (gather, scatter) that is refused completes its WQE with a
+/// local protection error, whichever check refused it.
+impl From<AccessError> for WcStatus {
+    fn from(_: AccessError) -> Self {
+        WcStatus::LocProtErr
+    }
 }
 
 impl MrInner {

@@ -9,10 +9,10 @@
 #![deny(clippy::arithmetic_side_effects)]
 
 use crate::{
-    device::RxeDevice,
     kext::ib::Access,
+    resources::Resources,
     uapi::{Sge, WcStatus},
-    verbs::mr::{MrInner, PdId},
+    verbs::mr::{AccessError, MrInner, PdId},
 };
 use core::ops::Range;
 
@@ -21,11 +21,11 @@ use core::ops::Range;
 /// it lies within those `len` bytes. Fails with the completion status: `LOC_PROT_ERR` for a
 /// key, right or address the MR refuses, `LOC_LEN_ERR` if the list ends first.
 fn for_each_piece(
-    dev: &RxeDevice,
+    res: &Resources,
     sges: &[Sge],
     offset: u64,
     len: usize,
-    mut copy: impl FnMut(&MrInner, u64, Range<usize>) -> bool,
+    mut copy: impl FnMut(&MrInner, u64, Range<usize>) -> Result<(), AccessError>,
 ) -> Result<(), WcStatus> {
     let mut skip = offset;
     // Bytes still to copy, and where they start in the caller's buffer (`done + left == len`).
@@ -43,10 +43,8 @@ fn for_each_piece(
         let n = usize::try_from(in_sge).map_or(left, |n| n.min(left));
         let addr = sge.addr.checked_add(skip).ok_or(WcStatus::LocProtErr)?;
         let end = done.checked_add(n).ok_or(WcStatus::LocLenErr)?;
-        let mr = dev.lookup_mr(sge.lkey).ok_or(WcStatus::LocProtErr)?;
-        if !copy(&mr, addr, done..end) {
-            return Err(WcStatus::LocProtErr);
-        }
+        let mr = res.lookup_mr(sge.lkey).ok_or(WcStatus::LocProtErr)?;
+        copy(&mr, addr, done..end)?;
         done = end;
         left = left.saturating_sub(n);
         skip = 0;
@@ -61,28 +59,27 @@ fn for_each_piece(
 /// Fills `out` with the bytes at `offset` of the memory `sges` names (a QP in PD `pd` reading
 /// its own MRs).
 pub(crate) fn gather(
-    dev: &RxeDevice,
+    res: &Resources,
     pd: PdId,
     sges: &[Sge],
     offset: u64,
     out: &mut [u8],
 ) -> Result<(), WcStatus> {
-    for_each_piece(dev, sges, offset, out.len(), |mr, addr, range| {
-        mr.read(pd, addr, &mut out[range], Access::NONE).is_ok()
+    for_each_piece(res, sges, offset, out.len(), |mr, addr, range| {
+        mr.read(pd, addr, &mut out[range], Access::NONE)
     })
 }
 
 /// Writes `data` at `offset` of the memory `sges` names (a QP in PD `pd` writing its own MRs,
 /// which must grant local write).
 pub(crate) fn scatter(
-    dev: &RxeDevice,
+    res: &Resources,
     pd: PdId,
     sges: &[Sge],
     offset: u64,
     data: &[u8],
 ) -> Result<(), WcStatus> {
-    for_each_piece(dev, sges, offset, data.len(), |mr, addr, range| {
+    for_each_piece(res, sges, offset, data.len(), |mr, addr, range| {
         mr.write(pd, addr, &data[range], Access::LOCAL_WRITE)
-            .is_ok()
     })
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # The driver's import graph (`use crate::...` between its files, kext/ and proto/ as leaves),
-# and a check that no import circle exists beyond the one Documentation/design.md names
-# (the driver's files that take &Device<RxeDevice>). Run by scripts/lint.sh.
+# and a check that it has no circle (Documentation/design.md draws it). A child module's use of
+# its parent (`super::`, the qp engines using QpInner) is the module's own structure and not
+# counted. Run by scripts/lint.sh.
 #   import-graph.py [--check] [RXE_RS_DIR]
 import glob
 import os
@@ -80,9 +81,7 @@ def sc(v):
 for v in edges:
     if v not in idx: sc(v)
 print("circles:", sccs or "none")
-# The one design.md names; it may shrink, never grow, and no other may appear.
-KNOWN = {"device", "net::transmit", "qp", "qp::requester", "qp::responder", "verbs::cq", "verbs::sgl"}
-bad = [c for c in sccs if not set(c) <= KNOWN]
+bad = sccs
 if check and bad:
     print("import-graph: a new import circle:", bad, file=sys.stderr)
     sys.exit(1)

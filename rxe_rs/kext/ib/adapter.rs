@@ -381,12 +381,9 @@ impl<T: Driver> Adapter<T> {
                 // INVARIANT: the core checked both CQs and holds them while the QP lives;
                 // the driver's `destroy_qp` stops its datapath for the QP before it returns.
                 let links = QpLinks {
-                    // SAFETY: the link goes into the QP, which the core destroys before the
-                    // device.
-                    dev: dev.link(),
-                    send: CqRef(NonNull::new((*init).send_cq).ok_or(EINVAL)?, PhantomData),
-                    recv: CqRef(NonNull::new((*init).recv_cq).ok_or(EINVAL)?, PhantomData),
-                    qp: QpRef(NonNull::new(qp).ok_or(EINVAL)?, PhantomData),
+                    send: CqRef::new((*init).send_cq)?,
+                    recv: CqRef::new((*init).recv_cq)?,
+                    qp: QpRef::new(qp)?,
                 };
                 let (init_data, qpn) = T::create_qp(dev, pd, &mut *init, links, &udata)?;
                 CoreObject::init(qp, init_data)?;

@@ -48,20 +48,6 @@ impl<T: Driver> Device<T> {
         Some(unsafe { ARef::from_raw(ndev.cast::<NetDevice>()) })
     }
 
-    /// A link to this device for an object of it.
-    ///
-    /// # Safety
-    ///
-    /// The link must live inside a verbs object of this device (the core destroys those before
-    /// it frees the device) and be used only while that object lives.
-    pub(super) unsafe fn link(&self) -> DeviceLink<T> {
-        // INVARIANT: the caller keeps the link within the device's lifetime.
-        DeviceLink {
-            ib: NonNull::from(&self.ib).cast(),
-            _driver: PhantomData,
-        }
-    }
-
     /// Tells the RDMA core (and so user space's async event queues) that `port` changed.
     pub(crate) fn dispatch_port_event(&self, port: u32, active: bool) {
         let mut event = bindings::ib_event {
@@ -174,32 +160,6 @@ impl<T: Driver> Drop for DeviceRef<T> {
         unsafe { bindings::ib_device_put(self.ib.as_ptr()) };
     }
 }
-
-/// A link from a verbs object (a QP) to its device, for contexts that have no device at hand
-/// (timers).
-///
-/// # Invariants
-///
-/// `ib` is a `Device<T>` that outlives the link: links are made only by [`Device::link`], for
-/// [`QpLinks`], which the driver keeps inside the QP, and the RDMA core destroys every QP
-/// before it frees the device.
-pub(crate) struct DeviceLink<T: Driver> {
-    ib: NonNull<bindings::ib_device>,
-    _driver: PhantomData<T>,
-}
-
-impl<T: Driver> DeviceLink<T> {
-    /// The device.
-    pub(crate) fn get(&self) -> &Device<T> {
-        // SAFETY: type invariant: the device outlives the link.
-        unsafe { Device::from_raw(self.ib.as_ptr()) }
-    }
-}
-
-// SAFETY: a device may be used from any thread; the link is a shared borrow of it.
-unsafe impl<T: Driver> Send for DeviceLink<T> {}
-// SAFETY: as above.
-unsafe impl<T: Driver> Sync for DeviceLink<T> {}
 
 /// What the driver sets on a device before it is registered.
 pub(crate) struct DeviceConfig<'a> {

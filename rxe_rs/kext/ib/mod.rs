@@ -50,7 +50,9 @@ pub(crate) type CqInitAttr = bindings::ib_cq_init_attr;
 /// A protection domain of driver `T`.
 pub(crate) type Pd<T> = CoreObject<bindings::ib_pd, <T as Driver>::Pd>;
 /// A completion queue of driver `T`.
-pub(crate) type Cq<T> = CoreObject<bindings::ib_cq, <T as Driver>::Cq>;
+pub(crate) type Cq<T> = CqOf<<T as Driver>::Cq>;
+/// A completion queue whose driver data is a `C` (for code below the driver's device type).
+pub(crate) type CqOf<C> = CoreObject<bindings::ib_cq, C>;
 /// A queue pair of driver `T`.
 pub(crate) type Qp<T> = CoreObject<bindings::ib_qp, <T as Driver>::Qp>;
 /// QP creation attributes (the driver writes the real capacities back into `cap`).

@@ -5,28 +5,36 @@
 
 use super::*;
 
-/// A reference from a QP to one of its CQs.
+/// A reference from a QP to one of its CQs, whose driver data is a `C`.
 ///
 /// # Invariants
 ///
-/// Points to a live `Cq<T>`: the core keeps a CQ alive while a QP uses it (its `usecnt`), and
+/// Points to a live `CqOf<C>`: the core keeps a CQ alive while a QP uses it (its `usecnt`), and
 /// the QP's users are the verbs on it and the receive softirq, which `destroy_qp` waits out
 /// (`synchronize_rcu`) before the QP, and with it this reference, goes away.
-pub(crate) struct CqRef<T: Driver>(
-    pub(super) NonNull<bindings::ib_cq>,
-    pub(super) PhantomData<T>,
-);
+pub(crate) struct CqRef<C>(NonNull<bindings::ib_cq>, PhantomData<C>);
 
 // SAFETY: a CQ may be used from any context (its state has its own locks).
-unsafe impl<T: Driver> Send for CqRef<T> {}
+unsafe impl<C: Send + Sync> Send for CqRef<C> {}
 // SAFETY: as above.
-unsafe impl<T: Driver> Sync for CqRef<T> {}
+unsafe impl<C: Send + Sync> Sync for CqRef<C> {}
 
-impl<T: Driver> CqRef<T> {
+impl<C> CqRef<C> {
+    /// A reference to the CQ at `cq`.
+    ///
+    /// # Safety
+    ///
+    /// `cq` is a live CQ of a driver whose CQ data is a `C`, and the caller keeps the reference
+    /// within the CQ's life as the type invariant says.
+    pub(super) unsafe fn new(cq: *mut bindings::ib_cq) -> Result<Self> {
+        // INVARIANT: the caller's promise.
+        Ok(Self(NonNull::new(cq).ok_or(EINVAL)?, PhantomData))
+    }
+
     /// The CQ.
-    pub(crate) fn get(&self) -> &Cq<T> {
+    pub(crate) fn get(&self) -> &CqOf<C> {
         // SAFETY: live for as long as this reference (type invariant).
-        unsafe { Cq::<T>::from_raw(self.0.as_ptr()) }
+        unsafe { CqOf::<C>::from_raw(self.0.as_ptr()) }
     }
 }
 
@@ -36,17 +44,24 @@ impl<T: Driver> CqRef<T> {
 ///
 /// Points to an `ib_qp` of ours that is alive until the driver's `destroy_qp` returns; the
 /// driver reports no event after that (it stops its datapath for the QP first).
-pub(crate) struct QpRef<T: Driver>(
-    pub(super) NonNull<bindings::ib_qp>,
-    pub(super) PhantomData<T>,
-);
+pub(crate) struct QpRef(NonNull<bindings::ib_qp>);
 
 // SAFETY: only used to call the core's event handler, which may run on any CPU.
-unsafe impl<T: Driver> Send for QpRef<T> {}
+unsafe impl Send for QpRef {}
 // SAFETY: as above.
-unsafe impl<T: Driver> Sync for QpRef<T> {}
+unsafe impl Sync for QpRef {}
 
-impl<T: Driver> QpRef<T> {
+impl QpRef {
+    /// A reference to the QP at `qp`.
+    ///
+    /// # Safety
+    ///
+    /// `qp` is one of our QPs, being created; the reference is used as the type invariant says.
+    pub(super) unsafe fn new(qp: *mut bindings::ib_qp) -> Result<Self> {
+        // INVARIANT: the caller's promise.
+        Ok(Self(NonNull::new(qp).ok_or(EINVAL)?))
+    }
+
     /// Reports `event` on the QP to its owner.
     pub(crate) fn dispatch_event(&self, event: QpEvent) {
         let event = event.raw();
@@ -67,17 +82,15 @@ impl<T: Driver> QpRef<T> {
     }
 }
 
-/// What a new QP reaches through the core: its device (for its timer), its completion queues,
-/// and itself (for events). The driver keeps them inside the QP.
+/// What a new QP reaches through the core: its completion queues, and itself (for events). The
+/// driver keeps them inside the QP.
 pub(crate) struct QpLinks<T: Driver> {
-    /// Its device.
-    pub(crate) dev: DeviceLink<T>,
     /// For send completions.
-    pub(crate) send: CqRef<T>,
+    pub(crate) send: CqRef<T::Cq>,
     /// For receive completions.
-    pub(crate) recv: CqRef<T>,
+    pub(crate) recv: CqRef<T::Cq>,
     /// The QP itself, for its asynchronous events.
-    pub(crate) qp: QpRef<T>,
+    pub(crate) qp: QpRef,
 }
 
 /// The name of one hardware counter (`rdma statistic show`), for a `static` table.

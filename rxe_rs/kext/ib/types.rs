@@ -47,77 +47,8 @@ impl QpState {
     }
 }
 
-/// `enum ib_qp_attr_mask`: the attributes a `modify_qp` sets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct QpAttrMask(u32);
-
-#[allow(missing_docs)]
-impl QpAttrMask {
-    pub(crate) const STATE: Self = Self(bindings::ib_qp_attr_mask_IB_QP_STATE);
-    pub(crate) const CUR_STATE: Self = Self(bindings::ib_qp_attr_mask_IB_QP_CUR_STATE);
-    pub(crate) const ACCESS_FLAGS: Self = Self(bindings::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS);
-    pub(crate) const PKEY_INDEX: Self = Self(bindings::ib_qp_attr_mask_IB_QP_PKEY_INDEX);
-    pub(crate) const PORT: Self = Self(bindings::ib_qp_attr_mask_IB_QP_PORT);
-    pub(crate) const AV: Self = Self(bindings::ib_qp_attr_mask_IB_QP_AV);
-    pub(crate) const PATH_MTU: Self = Self(bindings::ib_qp_attr_mask_IB_QP_PATH_MTU);
-    pub(crate) const TIMEOUT: Self = Self(bindings::ib_qp_attr_mask_IB_QP_TIMEOUT);
-    pub(crate) const RETRY_CNT: Self = Self(bindings::ib_qp_attr_mask_IB_QP_RETRY_CNT);
-    pub(crate) const RNR_RETRY: Self = Self(bindings::ib_qp_attr_mask_IB_QP_RNR_RETRY);
-    pub(crate) const RQ_PSN: Self = Self(bindings::ib_qp_attr_mask_IB_QP_RQ_PSN);
-    pub(crate) const MAX_QP_RD_ATOMIC: Self =
-        Self(bindings::ib_qp_attr_mask_IB_QP_MAX_QP_RD_ATOMIC);
-    pub(crate) const MIN_RNR_TIMER: Self = Self(bindings::ib_qp_attr_mask_IB_QP_MIN_RNR_TIMER);
-    pub(crate) const SQ_PSN: Self = Self(bindings::ib_qp_attr_mask_IB_QP_SQ_PSN);
-    pub(crate) const MAX_DEST_RD_ATOMIC: Self =
-        Self(bindings::ib_qp_attr_mask_IB_QP_MAX_DEST_RD_ATOMIC);
-    pub(crate) const DEST_QPN: Self = Self(bindings::ib_qp_attr_mask_IB_QP_DEST_QPN);
-}
-
-impl QpAttrMask {
-    /// The mask the core passed (its `int`; the bits are what they are).
-    pub(crate) fn from_raw(raw: i32) -> Self {
-        Self(raw as u32)
-    }
-
-    /// The raw bits.
-    pub(crate) fn raw(self) -> u32 {
-        self.0
-    }
-
-    /// Every bit of `other` is set.
-    pub(crate) fn contains(self, other: Self) -> bool {
-        self.0 & other.0 == other.0
-    }
-}
-
-impl BitOr for QpAttrMask {
-    type Output = Self;
-
-    fn bitor(self, other: Self) -> Self {
-        Self(self.0 | other.0)
-    }
-}
-
-/// Asynchronous events a QP reports to its owner (`enum ib_event_type`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum QpEvent {
-    /// In SQD, every message started before is complete (`IB_EVENT_SQ_DRAINED`).
-    SqDrained,
-    /// A catastrophic work queue error (`IB_EVENT_QP_FATAL`): here, a corrupt ring.
-    Fatal,
-}
-
-impl QpEvent {
-    /// The raw `ib_event_type`.
-    pub(super) fn raw(self) -> bindings::ib_event_type {
-        match self {
-            Self::SqDrained => bindings::ib_event_type_IB_EVENT_SQ_DRAINED,
-            Self::Fatal => bindings::ib_event_type_IB_EVENT_QP_FATAL,
-        }
-    }
-}
-
-/// A set of flags of one C flag type: `const`s of it, `|` to combine, `raw` for the C field.
+/// A set of flags of one C flag type: `const`s of it, `|` to combine, `contains`/`within` to
+/// test, `raw` for the C field.
 macro_rules! flag_set {
     ($(#[$doc:meta])* $name:ident($raw:ty) { $($(#[$fdoc:meta])* $flag:ident = $value:expr,)* }) => {
         $(#[$doc])*
@@ -138,6 +69,18 @@ macro_rules! flag_set {
             pub(crate) const fn union(self, other: Self) -> Self {
                 Self(self.0 | other.0)
             }
+
+            /// Every flag of `other` is set.
+            #[allow(dead_code)]
+            pub(crate) fn contains(self, other: Self) -> bool {
+                self.0 & other.0 == other.0
+            }
+
+            /// No flag outside `allowed` is set.
+            #[allow(dead_code)]
+            pub(crate) fn within(self, allowed: Self) -> bool {
+                self.0 & !allowed.0 == 0
+            }
         }
 
         impl BitOr for $name {
@@ -148,6 +91,70 @@ macro_rules! flag_set {
             }
         }
     };
+}
+
+flag_set! {
+    /// `enum ib_qp_attr_mask`: the attributes a `modify_qp` sets.
+    QpAttrMask(u32) {
+        /// The state to move to.
+        STATE = bindings::ib_qp_attr_mask_IB_QP_STATE,
+        /// The state the caller believes the QP is in.
+        CUR_STATE = bindings::ib_qp_attr_mask_IB_QP_CUR_STATE,
+        /// The remote rights.
+        ACCESS_FLAGS = bindings::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS,
+        /// The P_Key index.
+        PKEY_INDEX = bindings::ib_qp_attr_mask_IB_QP_PKEY_INDEX,
+        /// The port.
+        PORT = bindings::ib_qp_attr_mask_IB_QP_PORT,
+        /// The address vector (the path to the peer).
+        AV = bindings::ib_qp_attr_mask_IB_QP_AV,
+        /// The path MTU.
+        PATH_MTU = bindings::ib_qp_attr_mask_IB_QP_PATH_MTU,
+        /// The ACK timeout.
+        TIMEOUT = bindings::ib_qp_attr_mask_IB_QP_TIMEOUT,
+        /// Retransmissions allowed.
+        RETRY_CNT = bindings::ib_qp_attr_mask_IB_QP_RETRY_CNT,
+        /// RNR retries allowed.
+        RNR_RETRY = bindings::ib_qp_attr_mask_IB_QP_RNR_RETRY,
+        /// The first PSN expected.
+        RQ_PSN = bindings::ib_qp_attr_mask_IB_QP_RQ_PSN,
+        /// READs and atomics in flight as requester.
+        MAX_QP_RD_ATOMIC = bindings::ib_qp_attr_mask_IB_QP_MAX_QP_RD_ATOMIC,
+        /// The RNR NAK timer asked of the peer.
+        MIN_RNR_TIMER = bindings::ib_qp_attr_mask_IB_QP_MIN_RNR_TIMER,
+        /// The first PSN sent.
+        SQ_PSN = bindings::ib_qp_attr_mask_IB_QP_SQ_PSN,
+        /// READs and atomics in flight as responder.
+        MAX_DEST_RD_ATOMIC = bindings::ib_qp_attr_mask_IB_QP_MAX_DEST_RD_ATOMIC,
+        /// The peer's QP number.
+        DEST_QPN = bindings::ib_qp_attr_mask_IB_QP_DEST_QPN,
+    }
+}
+
+impl QpAttrMask {
+    /// The mask the core passed (its `int`; the bits are what they are).
+    pub(crate) fn from_raw(raw: i32) -> Self {
+        Self(raw as u32)
+    }
+}
+
+/// Asynchronous events a QP reports to its owner (`enum ib_event_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum QpEvent {
+    /// In SQD, every message started before is complete (`IB_EVENT_SQ_DRAINED`).
+    SqDrained,
+    /// A catastrophic work queue error (`IB_EVENT_QP_FATAL`): here, a corrupt ring.
+    Fatal,
+}
+
+impl QpEvent {
+    /// The raw `ib_event_type`.
+    pub(super) fn raw(self) -> bindings::ib_event_type {
+        match self {
+            Self::SqDrained => bindings::ib_event_type_IB_EVENT_SQ_DRAINED,
+            Self::Fatal => bindings::ib_event_type_IB_EVENT_QP_FATAL,
+        }
+    }
 }
 
 flag_set! {
@@ -295,15 +302,5 @@ impl Access {
     /// The flags as the core's `int`.
     pub(crate) fn raw_int(self) -> i32 {
         self.0 as i32
-    }
-
-    /// Every right of `other` is granted.
-    pub(crate) fn contains(self, other: Self) -> bool {
-        self.0 & other.0 == other.0
-    }
-
-    /// No flag outside `allowed` is set.
-    pub(crate) fn within(self, allowed: Self) -> bool {
-        self.0 & !allowed.0 == 0
     }
 }

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: GPL-2.0
+//! What the datapath reaches of its device: the netdev it sends on, the memory regions by key,
+//! and the port counters. The device and each of its QPs share it, so the engines need nothing
+//! from the layer above them: the QP table and the verbs entry points are in the device.
+
+use crate::{
+    counters::Counters,
+    kext::netdev::NetDevice,
+    limits,
+    table::IndexTable,
+    verbs::mr::{self, MrInner},
+};
+use kernel::{prelude::*, sync::Arc, types::ARef};
+
+/// A device's resources for the datapath.
+#[pin_data]
+pub(crate) struct Resources {
+    /// Memory regions by key index (limit: [`limits::MAX_MR`]).
+    #[pin]
+    pub(crate) mrs: IndexTable<MrInner>,
+    /// Port counters.
+    pub(crate) counters: Counters,
+    /// The netdev packets go out on. Ours to hold: the RDMA core's own accessor takes a lock
+    /// that must not be taken in softirq, where ACKs and READ responses are sent.
+    pub(crate) ndev: ARef<NetDevice>,
+}
+
+impl Resources {
+    /// Empty tables and zeroed counters for a device on `ndev`.
+    pub(crate) fn new(ndev: ARef<NetDevice>) -> impl PinInit<Self, Error> {
+        try_pin_init!(Self {
+            mrs <- IndexTable::new(1, limits::MAX_MR),
+            counters: Counters::new(),
+            ndev,
+        }? Error)
+    }
+
+    /// Registers `inner` in the key table and returns its key.
+    pub(crate) fn insert_mr(&self, inner: MrInner) -> Result<u32> {
+        let key_byte = inner.key_byte;
+        let index = self.mrs.insert(Arc::new(inner, GFP_KERNEL_ACCOUNT)?)?;
+        Ok(mr::make_key(index, key_byte.into()))
+    }
+
+    /// The MR of an lkey or rkey, if it is registered (the whole key must match).
+    pub(crate) fn lookup_mr(&self, key: u32) -> Option<Arc<MrInner>> {
+        self.mrs.get(key >> 8).filter(|mr| mr.key_byte == key as u8)
+    }
+}
