@@ -82,11 +82,13 @@ pub(crate) struct QpLocked {
 /// What a QP reaches outside itself: its device's datapath resources, its CQs, and the core's
 /// side of itself (for events).
 pub(crate) struct QpPeers {
+    /// Its device's MRs, counters and netdev.
     pub(crate) res: Arc<Resources>,
     /// For send completions.
     pub(crate) send: CqRef<RxeCq>,
     /// For receive completions.
     pub(crate) recv: CqRef<RxeCq>,
+    /// For its asynchronous events.
     pub(crate) qp: QpRef,
 }
 
@@ -409,7 +411,7 @@ impl QpInner {
 }
 
 impl QpInner {
-    /// The requester's and responder's state, for `rdma resource show qp -dd` (what a stalled
+    /// The engines' state, for `rdma resource show qp -dd` (what a stalled
     /// QP is waiting for).
     pub(crate) fn report(&self, out: &mut ib::DriverAttrs<'_>) -> Result {
         let s = self.state.lock();

@@ -52,7 +52,8 @@ pub(crate) enum AccessError {
 }
 
 /// A QP's access to its own MRs (gather, scatter) that is refused completes its WQE with a
-/// local protection error, whichever check refused it.
+/// local protection error, whichever check refused it. (Remote accesses, by an rkey, are NAKed
+/// as remote access errors: the responder maps those itself.)
 impl From<AccessError> for WcStatus {
     fn from(_: AccessError) -> Self {
         WcStatus::LocProtErr

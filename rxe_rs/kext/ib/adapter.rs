@@ -378,8 +378,10 @@ impl<T: Driver> Adapter<T> {
                 let dev = Self::dev((*qp).device);
                 let pd = Pd::<T>::from_raw((*qp).pd);
                 let udata = Udata::from_raw(udata);
-                // INVARIANT: the core checked both CQs and holds them while the QP lives;
-                // the driver's `destroy_qp` stops its datapath for the QP before it returns.
+                // SAFETY (the links): both CQs are of this device, so their data is a
+                // `T::Cq` (what `QpLinks<T>` types them with); the core checked them and holds
+                // them while the QP lives, and the driver's `destroy_qp` stops its datapath,
+                // timer and work for the QP before it returns.
                 let links = QpLinks {
                     send: CqRef::new((*init).send_cq)?,
                     recv: CqRef::new((*init).recv_cq)?,

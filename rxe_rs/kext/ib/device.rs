@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
-//! The `ib_device` with the driver's value behind it: allocation, registration, lookup,
-//! links from objects to it, and unregistration.
+//! The `ib_device` with the driver's value behind it: allocation, registration, lookup and
+//! unregistration.
 
 use super::*;
 use adapter::Adapter;

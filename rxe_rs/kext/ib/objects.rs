@@ -10,8 +10,9 @@ use super::*;
 /// # Invariants
 ///
 /// Points to a live `CqOf<C>`: the core keeps a CQ alive while a QP uses it (its `usecnt`), and
-/// the QP's users are the verbs on it and the receive softirq, which `destroy_qp` waits out
-/// (`synchronize_rcu`) before the QP, and with it this reference, goes away.
+/// the QP's users are the verbs on it, its timer and work item (which `destroy_qp` stops) and
+/// the receive softirq (which it waits out with `synchronize_rcu`) before the QP, and with it
+/// this reference, goes away.
 pub(crate) struct CqRef<C>(NonNull<bindings::ib_cq>, PhantomData<C>);
 
 // SAFETY: a CQ may be used from any context (its state has its own locks).
