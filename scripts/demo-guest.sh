@@ -18,8 +18,8 @@ gid=$(ipv4_gid_index rxers0)
 echo "demo: GID index $gid is ::ffff:$PAIR_MY_IP"
 pair_wait_peer 900
 touch "$PAIR_RESULTS/$PAIR_ROLE.up"
-until [[ -e $PAIR_RESULTS/a.up && -e $PAIR_RESULTS/b.up ]]; do sleep 0.5; done
-retry() { for _ in $(seq 60); do "$@" && return; sleep 1; done; return 1; }
+until [[ -e $PAIR_RESULTS/a.up && -e $PAIR_RESULTS/b.up ]]; do nap 0.2; done
+retry() { for _ in $(seq 60); do "$@" && return; nap 1; done; return 1; }
 if [[ $PAIR_ROLE == a ]]; then
 	set -x
 	ibv_rc_pingpong -d rxers0 -g "$gid" -c -s 4096 -n 100

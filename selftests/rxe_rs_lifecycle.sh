@@ -24,9 +24,10 @@ ktap_print_header
 ktap_set_plan $((ROUNDS + 3))
 reset_or_bail
 
-port_counter() { rdma statistic show link "$DEV/1" 2>/dev/null | grep -oE "(^| )$1 [0-9]+" | awk '{ print $2 }'; }
-sent_past() { local n; n=$(port_counter sent_pkts) && ((n > $1)); }
-listening() { ss -ltn "sport = :$1" | grep -q LISTEN; }
+# Read without a process: they are polled while a stream runs.
+port_counter() { local n; read -r n <"/sys/class/infiniband/$DEV/ports/1/hw_counters/$1" 2>/dev/null && echo "$n"; }
+sent_past() { local n; read -r n <"/sys/class/infiniband/$DEV/ports/1/hw_counters/sent_pkts" 2>/dev/null && ((n > $1)); }
+listening() { tcp_listening "$1"; }
 
 # The device on veth0 (made if it is gone), its IPv4 GID ready.
 device_up() {
@@ -67,12 +68,12 @@ stop_stream() {
 # The actions: each returns success if it did what it should.
 kill_requester() {
 	kill -9 "$client" && wait "$client" 2>/dev/null
-	sleep 1 # the responder still answers what was asked for
+	nap 1 # the responder still answers what was asked for
 	stop_stream
 }
 kill_responder() {
 	kill -9 "$server" && wait "$server" 2>/dev/null
-	sleep 1 # the requester retries into nothing, timers armed
+	nap 1 # the requester retries into nothing, timers armed
 	stop_stream
 }
 # Right after the kill: the QPs go with the processes' files, their timers and queued READ
@@ -103,7 +104,7 @@ mtu_change() {
 	local m
 	for m in 1280 9000 1500; do
 		ip link set veth0 mtu "$m" || return
-		sleep 0.3
+		nap 0.3
 	done
 	stop_stream
 	ib_exists "$DEV"

@@ -3,6 +3,14 @@
 source "$KDIR/tools/testing/selftests/kselftest/ktap_helpers.sh"
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 
+# Sleeps S seconds without starting a process. In a TCG guest with KASAN a fork and exec of
+# `sleep` costs tens of milliseconds of CPU, and a poll loop calling it five times a second
+# takes that from the program it is waiting for. (`read` on a pipe nobody writes times out.)
+nap() {
+	[[ -n ${NAP_FD:-} ]] || exec {NAP_FD}<> <(:)
+	read -rt "$1" -u "$NAP_FD" _ || :
+}
+
 # Polls COMMAND... until it succeeds or SECONDS run out (TCG guests are slow: be generous),
 # every WAIT_FOR_INTERVAL seconds (0.2).
 wait_for() {
@@ -10,8 +18,21 @@ wait_for() {
 	shift
 	until "$@"; do
 		((SECONDS < deadline)) || return 1
-		sleep "${WAIT_FOR_INTERVAL:-0.2}"
+		nap "${WAIT_FOR_INTERVAL:-0.2}"
 	done
+}
+
+# A TCP socket listens on port P (read from /proc/net/tcp{,6}: no process to start, so it
+# can be polled often).
+tcp_listening() {
+	local port f _sl local_addr _rem state _rest
+	printf -v port ':%04X' "$1"
+	for f in /proc/net/tcp /proc/net/tcp6; do
+		while read -r _sl local_addr _rem state _rest; do
+			[[ $state == 0A && $local_addr == *"$port" ]] && return 0
+		done <"$f"
+	done
+	return 1
 }
 
 # Waits up to S seconds (default 120) for background process PID to exit, then kills it: a

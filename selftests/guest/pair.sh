@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# Helpers for scripts run by scripts/vm-pair.sh (sourced): the link to the other guest, and a
-# way for the two guests to wait for each other.
+# Helpers for scripts run by scripts/vm-pair.sh (sourced, with selftests/guest/lib.sh): the
+# link to the other guest, and a way for the two guests to wait for each other.
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 
 # Brings up the link (the NIC with our MAC) with our addresses; prints its name.
@@ -29,9 +29,9 @@ pair_wait_peer() {
 # Waits until TCP port P is listening on this host (a server we started is ready).
 wait_listening() {
 	local deadline=$((SECONDS + ${2:-120}))
-	until ss -ltn "sport = :$1" | grep -q LISTEN; do
+	until tcp_listening "$1"; do
 		((SECONDS < deadline)) || return 1
-		sleep 0.2
+		nap 0.1
 	done
 }
 
@@ -50,7 +50,7 @@ pair_barrier() {
 	local deadline=$((SECONDS + 900))
 	until [[ -e $PAIR_RESULTS/$peer.$1 ]]; do
 		((SECONDS < deadline)) || return 1
-		sleep 0.5
+		nap 0.1
 	done
 }
 
@@ -110,13 +110,13 @@ pair_exchange() {
 		wait "$watcher" 2>/dev/null
 	else
 		local deadline=$((SECONDS + limit))
-		until [[ -e $listening || -e $peer_done ]] || ((SECONDS >= deadline)); do sleep 0.2; done
+		until [[ -e $listening || -e $peer_done ]] || ((SECONDS >= deadline)); do nap 0.1; done
 		for _ in $(seq 60); do
 			pair_run_bounded "$limit" "$peer_done" "$@" "$PAIR_PEER_IP"
 			rc=$?
 			grep -qiE "couldn't connect|unable to connect|connection refused" <<<"$PAIR_OUT" || break
 			[[ -e $peer_done ]] && break
-			sleep 1
+			nap 1
 		done
 	fi
 	touch "$done_mark"
@@ -142,7 +142,7 @@ pair_run_bounded() {
 			kill -9 "$pid" 2>/dev/null
 			break
 		fi
-		sleep 0.5
+		nap 0.1
 	done
 	# (No "Killed" line from the shell: the reason is in PAIR_OUT.)
 	{ wait "$pid"; } 2>/dev/null

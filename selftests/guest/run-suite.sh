@@ -44,6 +44,7 @@ for test in "$@"; do
 	echo "# selftest: $name took $((SECONDS - started)) s"
 
 	echo "# check: $name dmesg"
+	started=$SECONDS
 	if [[ -e $KMEMLEAK ]]; then
 		# kmemleak ignores objects younger than ~5 s; two scans settle grey objects.
 		sleep 6
@@ -59,6 +60,7 @@ for test in "$@"; do
 	else
 		echo "ok dmesg clean after $name"
 	fi
+	echo "# check: $name dmesg and kmemleak took $((SECONDS - started)) s"
 	leaks=
 done
 echo "# suite: done"

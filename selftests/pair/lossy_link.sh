@@ -80,7 +80,7 @@ pairing() {
 	[[ $PAIR_ROLE == a ]] && echo "$IMPAIRMENT seed=$RANDOM" >"$PAIR_RESULTS/impair"
 	relay_before=$(relay_counts)
 	# The relay re-reads its control file twice a second.
-	sleep 1
+	nap 1
 	check "$label ibv_rc_pingpong -c ($role)" pair_exchange "$label-pingpong" \
 		ibv_rc_pingpong -d "$DEV" -g "$GID" -c -s 65536 -n 10
 	PAIR_PORT=18700 PAIR_CASE_TIMEOUT=400
