@@ -39,23 +39,27 @@ phase_done() {
 	echo "$1: $((SECONDS - phase_start)) s" | tee -a "${RXE_RS_PHASES:-/dev/null}"
 	phase_start=$SECONDS
 }
-# Counts the KTAP results of LOG, whose guest ran run-suite.sh over TESTS....
+# Counts the KTAP results of LOG..., whose guests ran run-suite.sh; each of TESTS... must
+# have run to a clean exit in one of them: count LOG... -- TEST...
 count() {
-	local log=$1 p s f t name
+	local logs=() log p s f t name
+	while [[ $1 != -- ]]; do logs+=("$1"); shift; done
 	shift
-	p=$(grep -cE '^ok ' "$log")
-	s=$(grep -cE '^ok .*# SKIP' "$log")
-	f=$(grep -cE '^not ok ' "$log")
-	passed=$((passed + p - s)) skipped=$((skipped + s)) failed=$((failed + f))
-	if ! grep -q '^# suite: done' "$log"; then
-		echo "selftests: the guest of $log did not finish (crash, hang or timeout)"
-		failed=$((failed + 1))
-	fi
+	for log in "${logs[@]}"; do
+		p=$(grep -cE '^ok ' "$log")
+		s=$(grep -cE '^ok .*# SKIP' "$log")
+		f=$(grep -cE '^not ok ' "$log")
+		passed=$((passed + p - s)) skipped=$((skipped + s)) failed=$((failed + f))
+		if ! grep -q '^# suite: done' "$log"; then
+			echo "selftests: the guest of $log did not finish (crash, hang or timeout)"
+			failed=$((failed + 1))
+		fi
+	done
 	# A script that dies (or whose plan does not add up: ktap_finished exits 1) fails too.
 	for t in "$@"; do
 		name=$(basename "$t" .sh)
-		if ! grep -q "^# selftest: $name exit=0" "$log"; then
-			echo "selftests: $name did not exit cleanly (see $log)"
+		if ! grep -q "^# selftest: $name exit=0" "${logs[@]}"; then
+			echo "selftests: $name did not exit cleanly (see ${logs[*]})"
 			failed=$((failed + 1))
 		fi
 	done
@@ -63,35 +67,32 @@ count() {
 
 if ((${#single_vm_tests[@]})); then
 	# Single-VM scripts run in RXE_RS_VMS guests at once (default 2: the scripts are mostly one
-	# process at a time, so two 2-CPU guests keep both host cores busy). Scripts go to the guest with
-	# the least work so far, costliest first (measured seconds under TCG; new scripts count 300).
-	declare -A cost=([rxe_rs_recv]=420 [rxe_rs_data]=240 [rxe_rs_link]=300 [rxe_rs_objects]=200 [rxe_rs_hostile]=250
-		[rxe_rs_lifecycle]=450 [rxe_rs_exhaust]=150 [rxe_rs_faults]=300)
+	# process at a time, so two 2-CPU guests keep both host cores busy). The guests share one
+	# list, costliest first (seconds measured under TCG; new scripts count 300): each runs the
+	# next script no guest has taken (run-suite.sh, RXE_RS_QUEUE), so they end together.
+	declare -A cost=([rxe_rs_lifecycle]=410 [rxe_rs_recv]=350 [rxe_rs_hostile_peer]=320 [rxe_rs_faults]=180
+		[rxe_rs_link]=110 [rxe_rs_exhaust]=110 [rxe_rs_hostile]=100 [rxe_rs_data]=70 [rxe_rs_objects]=70)
 	# The long profile's knobs (make soak) change what the scripts cost.
-	cost[rxe_rs_hostile_peer]=$((120 + ${RXE_RS_HOSTILE_PACKETS:-100000} / 550))
+	cost[rxe_rs_hostile_peer]=$((140 + ${RXE_RS_HOSTILE_PACKETS:-100000} / 550))
 	[[ -n ${RXE_RS_EXHAUST_FULL:-} ]] && cost[rxe_rs_exhaust]=2400
-	cost[rxe_rs_lifecycle]=$((450 * ${RXE_RS_LIFECYCLE_ROUNDS:-16} / 16))
+	cost[rxe_rs_lifecycle]=$((410 * ${RXE_RS_LIFECYCLE_ROUNDS:-16} / 16))
 	vms=${RXE_RS_VMS:-2}
 	((vms > ${#single_vm_tests[@]})) && vms=${#single_vm_tests[@]}
-	declare -a group load
-	for ((i = 0; i < vms; i++)); do group[i]="" load[i]=0; done
-	while IFS=' ' read -r c t; do
-		best=0
-		for ((i = 1; i < vms; i++)); do ((load[i] < load[best])) && best=$i; done
-		group[best]+="$t " load[best]=$((load[best] + c))
-	done < <(for t in "${single_vm_tests[@]}"; do n=$(basename "$t" .sh); echo "${cost[$n]:-300} $t"; done | sort -rn)
+	mapfile -t tests < <(for t in "${single_vm_tests[@]}"; do n=$(basename "$t" .sh); echo "${cost[$n]:-300} $t"; done | sort -rn | cut -d' ' -f2)
+	queue=$results/queue
+	rm -rf "$queue"
+	mkdir -p "$queue"
 
 	# Each guest writes its log into the results directory too (run-suite.sh): that copy is
 	# counted, the console is shown live. If the console's copy is lost, the log is shown at the end.
+	echo "selftests: $vms guests share ${tests[*]##*/}"
 	pids=()
 	for ((i = 0; i < vms; i++)); do
 		log=$results/selftests-vm$i.log
 		rm -f "$log"
-		read -r -a tests <<<"${group[i]}"
-		echo "selftests: VM $i runs ${tests[*]##*/}; log: $log"
 		"$RXE_RS_ROOT/scripts/vm.sh" --name rxe-selftest$i --rwdir "$results" --timeout "${RXE_RS_VM_TIMEOUT:-1800}" \
 			--memory "${RXE_RS_VM_MEMORY:-2G}" -- \
-			env "${knobs[@]}" RXE_RS_SUITE_LOG="$log" bash "$here/guest/run-suite.sh" "${tests[@]}" \
+			env "${knobs[@]}" RXE_RS_SUITE_LOG="$log" RXE_RS_QUEUE="$queue" bash "$here/guest/run-suite.sh" "${tests[@]}" \
 			>"$results/selftests-vm$i.console" 2>&1 &
 		pids+=($!)
 		# Shown live, each line marked with its guest.
@@ -99,17 +100,18 @@ if ((${#single_vm_tests[@]})); then
 	done
 	for pid in "${pids[@]}"; do wait "$pid"; done
 	wait
+	logs=()
 	for ((i = 0; i < vms; i++)); do
 		log=$results/selftests-vm$i.log
-		read -r -a tests <<<"${group[i]}"
 		if [[ ! -e $log ]]; then
 			log=$results/selftests-vm$i.console # the script never started; the console says why
 		elif ! grep -q '^# suite:' "$results/selftests-vm$i.console"; then
 			echo "selftests: the console output of VM $i was lost; its log:"
 			cat "$log"
 		fi
-		count "$log" "${tests[@]}"
+		logs+=("$log")
 	done
+	count "${logs[@]}" -- "${tests[@]}"
 	phase_done "VM selftests, single ($vms guests)"
 fi
 
@@ -128,7 +130,7 @@ if ((${#pair_tests[@]})); then
 		[[ -e $log ]] || log=$pair_dir/vm-$role.log
 		sed "s/^/[$role] /" "$log"
 		grep -q '^# suite: done' "$log" || tail -n 3 "$pair_dir/vm-$role.log" | sed "s/^/[$role console] /"
-		count "$log" "${pair_tests[@]}"
+		count "$log" -- "${pair_tests[@]}"
 	done
 	phase_done "VM selftests, pairs"
 fi

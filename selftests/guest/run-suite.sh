@@ -2,6 +2,9 @@
 # Runs test scripts inside the guest, each followed by a check that the kernel stayed clean:
 # no new WARNING/BUG/oops/KASAN/lockdep/RCU splat in dmesg and no new kmemleak report.
 #   run-suite.sh TEST.sh...
+# With RXE_RS_QUEUE (a directory the host shares writable, the same for several guests), the
+# guests share the list: each runs the next script that no guest has taken yet (taking one is
+# a mkdir there, atomic on the host), so they finish together whatever the scripts cost.
 # With RXE_RS_SUITE_LOG (a file in a directory the host shares writable), the output also goes
 # there: virtme-ng's script output ports come from udev, and a guest that boots slowly enough can
 # start the script before they exist, and then its output is lost.
@@ -28,6 +31,9 @@ echo "# suite: kernel $(uname -r), $(nproc) CPUs"
 [[ -e $KMEMLEAK ]] || echo "# kmemleak is not available in this kernel: leak checks are skipped"
 for test in "$@"; do
 	name=$(basename "$test" .sh)
+	if [[ -n ${RXE_RS_QUEUE:-} ]] && ! mkdir "$RXE_RS_QUEUE/$name" 2>/dev/null; then
+		continue # another guest runs it
+	fi
 	[[ -e $KMEMLEAK ]] && echo clear >"$KMEMLEAK"
 	mark=$(dmesg | wc -l)
 	echo "# selftest: $name"
