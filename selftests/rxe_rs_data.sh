@@ -27,7 +27,7 @@ run_py_checks rdma_data.py "${checks[@]}"
 run_py_checks ring_scribble.py "${scribbles[@]}"
 run_py_checks rc_recovery.py "${recoveries[@]}"
 rdma statistic show link "$DEV/1" | sed 's/^/# /'
-counter() { rdma statistic show link "$DEV/1" | grep -oE "(^| )$1 [0-9]+" | awk '{print $2}'; }
+counter() { hw_counter "$DEV" "$1"; }
 check "the remote access errors were NAKed and counted" test "$(counter rcvd_invalid_request)" -ge 5
 
 rdma link delete "$DEV"

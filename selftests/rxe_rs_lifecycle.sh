@@ -25,7 +25,7 @@ ktap_set_plan $((ROUNDS + 3))
 reset_or_bail
 
 # Read without a process: they are polled while a stream runs.
-port_counter() { local n; read -r n <"/sys/class/infiniband/$DEV/ports/1/hw_counters/$1" 2>/dev/null && echo "$n"; }
+port_counter() { hw_counter "$DEV" "$1" 2>/dev/null; }
 sent_past() { local n; read -r n <"/sys/class/infiniband/$DEV/ports/1/hw_counters/sent_pkts" 2>/dev/null && ((n > $1)); }
 listening() { tcp_listening "$1"; }
 

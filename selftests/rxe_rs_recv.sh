@@ -20,8 +20,8 @@ ip netns exec rxpeer ip addr add 10.11.0.2/24 dev veth1
 ip netns exec rxpeer ip link set veth1 up
 rdma link add "$DEV" type rxe_rs netdev veth0
 
-counter() { rdma statistic show link "$DEV/1" | grep -oE "(^| )$1 [0-9]+" | awk '{print $2}'; }
-counter_is() { [[ $(counter "$1") == "$2" ]]; }
+counter() { hw_counter "$DEV" "$1"; }
+counter_is() { local n; read -r n <"/sys/class/infiniband/$DEV/ports/1/hw_counters/$1" && [[ $n == "$2" ]]; }
 # -S: no site packages to scan (roce_send.py needs only the standard library); starting Python
 # is what this test spends most of its time on in a TCG guest.
 send() { ip netns exec rxpeer /usr/bin/python3 -I -S "$here/guest/roce_send.py" 10.11.0.2 10.11.0.1 "$@"; }
@@ -147,9 +147,9 @@ reap "$ACKER_PID"
 # then random BTHs and bodies with valid ICRCs, which reach the parser and the QP lookup (to a
 # QP number nobody has): every one is dropped and counted, none as an ICRC error.
 drops() {
-	local c sum=0
+	local c n sum=0
 	for c in rcvd_malformed rcvd_icrc_err rcvd_unknown_qp rcvd_unsupported rcvd_wrong_transport rcvd_bad_pkey; do
-		sum=$((sum + $(counter $c)))
+		read -r n <"/sys/class/infiniband/$DEV/ports/1/hw_counters/$c" && sum=$((sum + n))
 	done
 	echo $sum
 }

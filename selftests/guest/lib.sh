@@ -83,6 +83,12 @@ gid_index() {
 	[[ -n $f ]] && echo "${f##*/}"
 }
 module_loaded() { [[ -d /sys/module/$1 ]]; }
+# Port counter NAME of ib device DEV, as `rdma statistic` shows it, read from sysfs without
+# starting a process (tests poll counters): hw_counter DEV NAME.
+hw_counter() {
+	local n
+	read -r n <"/sys/class/infiniband/$1/ports/1/hw_counters/$2" && echo "$n"
+}
 unload() { modprobe -r "$1" 2>/dev/null; ! module_loaded "$1"; }
 
 # Unloads rxe_rs (and rdma_rxe) so a test starts from nothing. Fails (after saying why) if a
