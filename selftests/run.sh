@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the VM selftests: boots the debug kernel with the built module and provider, runs every
 # test script inside, and fails if any test fails, the guest crashes or hangs, or the kernel log
-# shows a splat or a leak. Then the two-VM tests (selftests/pair/) on a pair of VMs joined by a
-# virtual link. Prints a KTAP log per VM and a closing "N passed, N failed" line.
+# shows a splat or a leak. Beside them, the two-VM tests (selftests/pair/) on a pair of VMs
+# joined by a virtual link. Prints a KTAP log per VM and a closing "N passed, N failed" line.
 #
 #   selftests/run.sh [TEST.sh ...]      (default: every single-VM test, then the pair tests;
 #                                        scripts under pair/ run on the pair of VMs)
@@ -10,6 +10,8 @@
 #   RXE_RS_TEST_TIMEOUT=S: a script's time limit in the guest (default 900; pair scripts 2700)
 #   RXE_RS_VM_TIMEOUT=S: a single-VM guest's time limit (default 1800)
 #   RXE_RS_VM_MEMORY=M: a single-VM guest's memory (default 2G)
+#   RXE_RS_OVERLAP=0: the pair phase after the single-VM one, not beside it (default 1: the pair
+#     scripts wait on each other's steps and leave CPU idle, which the single-VM guests take)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../scripts/lib/env.sh"
@@ -65,6 +67,42 @@ count() {
 	done
 }
 
+# The pair phase: two linked VMs run every pair script (one boot for all of them). Started
+# before the single-VM guests when they overlap; its log is shown and counted at the end.
+pair_dir=$results/pair
+start_pairs() {
+	rm -rf "$pair_dir"
+	mkdir -p "$pair_dir"
+	echo "selftests: booting two VMs for ${#pair_tests[@]} pair test script(s); logs: $pair_dir"
+	(
+		"$RXE_RS_ROOT/scripts/vm-pair.sh" --impairable --timeout 3000 "$pair_dir" \
+			-- env "${knobs[@]}" RXE_RS_TEST_TIMEOUT=2700 RXE_RS_SUITE_LOG="$pair_dir/suite-a.log" \
+			bash "$here/guest/run-suite.sh" "${pair_tests[@]}" \
+			-- env "${knobs[@]}" RXE_RS_TEST_TIMEOUT=2700 RXE_RS_SUITE_LOG="$pair_dir/suite-b.log" \
+			bash "$here/guest/run-suite.sh" "${pair_tests[@]}"
+		date +%s >"$pair_dir/.end"
+	) >"$results/pair-phase.out" 2>&1 &
+	pair_pid=$!
+	pair_start=$(date +%s)
+}
+finish_pairs() {
+	wait "$pair_pid"
+	cat "$results/pair-phase.out"
+	for role in a b; do
+		log=$pair_dir/suite-$role.log
+		# No log: the script never started; the console (vm-X.log) says why.
+		[[ -e $log ]] || log=$pair_dir/vm-$role.log
+		sed "s/^/[$role] /" "$log"
+		grep -q '^# suite: done' "$log" || tail -n 3 "$pair_dir/vm-$role.log" | sed "s/^/[$role console] /"
+		count "$log" -- "${pair_tests[@]}"
+	done
+	local took=$(($(cat "$pair_dir/.end" 2>/dev/null || date +%s) - pair_start))
+	echo "VM selftests, pairs${overlap:+ (beside the single-VM guests)}: $took s" | tee -a "${RXE_RS_PHASES:-/dev/null}"
+}
+overlap=
+[[ ${RXE_RS_OVERLAP:-1} == 1 && ${#pair_tests[@]} -gt 0 && ${#single_vm_tests[@]} -gt 0 ]] && overlap=1
+[[ -n $overlap ]] && start_pairs
+
 if ((${#single_vm_tests[@]})); then
 	# Single-VM scripts run in RXE_RS_VMS guests at once (default 2: the scripts are mostly one
 	# process at a time, so two 2-CPU guests keep both host cores busy). The guests share one
@@ -86,7 +124,7 @@ if ((${#single_vm_tests[@]})); then
 	# Each guest writes its log into the results directory too (run-suite.sh): that copy is
 	# counted, the console is shown live. If the console's copy is lost, the log is shown at the end.
 	echo "selftests: $vms guests share ${tests[*]##*/}"
-	pids=()
+	pids=() followers=()
 	for ((i = 0; i < vms; i++)); do
 		log=$results/selftests-vm$i.log
 		rm -f "$log"
@@ -97,9 +135,10 @@ if ((${#single_vm_tests[@]})); then
 		pids+=($!)
 		# Shown live, each line marked with its guest.
 		tail -n +1 -F --pid=$! "$results/selftests-vm$i.console" 2>/dev/null | sed -u "s/^/[vm$i] /" &
+		followers+=($!)
 	done
-	for pid in "${pids[@]}"; do wait "$pid"; done
-	wait
+	# (Not a bare `wait`: the pair phase may be running beside.)
+	for pid in "${pids[@]}" "${followers[@]}"; do wait "$pid"; done
 	logs=()
 	for ((i = 0; i < vms; i++)); do
 		log=$results/selftests-vm$i.log
@@ -112,27 +151,12 @@ if ((${#single_vm_tests[@]})); then
 		logs+=("$log")
 	done
 	count "${logs[@]}" -- "${tests[@]}"
-	phase_done "VM selftests, single ($vms guests)"
+	phase_done "VM selftests, single ($vms guests${overlap:+, beside the pairs})"
 fi
 
 if ((${#pair_tests[@]})); then
-	pair_dir=$results/pair
-	rm -rf "$pair_dir"
-	echo "selftests: booting two VMs for ${#pair_tests[@]} pair test script(s); logs: $pair_dir"
-	"$RXE_RS_ROOT/scripts/vm-pair.sh" --impairable --timeout 3000 "$pair_dir" \
-		-- env "${knobs[@]}" RXE_RS_TEST_TIMEOUT=2700 RXE_RS_SUITE_LOG="$pair_dir/suite-a.log" \
-		bash "$here/guest/run-suite.sh" "${pair_tests[@]}" \
-		-- env "${knobs[@]}" RXE_RS_TEST_TIMEOUT=2700 RXE_RS_SUITE_LOG="$pair_dir/suite-b.log" \
-		bash "$here/guest/run-suite.sh" "${pair_tests[@]}"
-	for role in a b; do
-		log=$pair_dir/suite-$role.log
-		# No log: the script never started; the console (vm-X.log) says why.
-		[[ -e $log ]] || log=$pair_dir/vm-$role.log
-		sed "s/^/[$role] /" "$log"
-		grep -q '^# suite: done' "$log" || tail -n 3 "$pair_dir/vm-$role.log" | sed "s/^/[$role console] /"
-		count "$log" -- "${pair_tests[@]}"
-	done
-	phase_done "VM selftests, pairs"
+	[[ -n $overlap ]] || start_pairs
+	finish_pairs
 fi
 echo "selftests: $passed passed, $failed failed, $skipped skipped"
 ((failed == 0 && passed > 0))
