@@ -50,6 +50,8 @@ pid_a=$!
 "$RXE_RS_ROOT/scripts/vm.sh" "${common[@]}" --name rxe-b --nic "52:54:00:10:00:02,$port_b,$send_b" \
 	-- env PAIR_ROLE=b PAIR_RESULTS="$results" "${b[@]}" >"$results/vm-b.log" 2>&1 &
 pid_b=$!
+# Stopped (^C, or selftests/run.sh stopping): the VMs go too (`timeout` passes the signal on).
+trap 'kill "$pid_a" "$pid_b" ${relay:+"$relay"} 2>/dev/null' EXIT
 rc=0
 wait "$pid_a" || rc=1
 wait "$pid_b" || rc=1

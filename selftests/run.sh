@@ -4,8 +4,8 @@
 # shows a splat or a leak. Beside them, the two-VM tests (selftests/pair/) on a pair of VMs
 # joined by a virtual link. Prints a KTAP log per VM and a closing "N passed, N failed" line.
 #
-#   selftests/run.sh [TEST.sh ...]      (default: every single-VM test, then the pair tests;
-#                                        scripts under pair/ run on the pair of VMs)
+#   selftests/run.sh [TEST.sh ...]      (default: every single-VM test, and beside them the pair
+#                                        tests; scripts under pair/ run on the pair of VMs)
 #   RXE_RS_VMS=N: how many guests share the single-VM scripts (default 2)
 #   RXE_RS_TEST_TIMEOUT=S: a script's time limit in the guest (default 900; pair scripts 2700)
 #   RXE_RS_VM_TIMEOUT=S: a single-VM guest's time limit (default 1800)
@@ -84,6 +84,8 @@ start_pairs() {
 	) >"$results/pair-phase.out" 2>&1 &
 	pair_pid=$!
 	pair_start=$(date +%s)
+	# A background job ignores ^C: stop the pair's VMs with us.
+	trap 'pkill -TERM -P "$pair_pid" 2>/dev/null; exit 130' INT TERM
 }
 finish_pairs() {
 	wait "$pair_pid"
@@ -116,7 +118,8 @@ if ((${#single_vm_tests[@]})); then
 	cost[rxe_rs_lifecycle]=$((410 * ${RXE_RS_LIFECYCLE_ROUNDS:-16} / 16))
 	vms=${RXE_RS_VMS:-2}
 	((vms > ${#single_vm_tests[@]})) && vms=${#single_vm_tests[@]}
-	mapfile -t tests < <(for t in "${single_vm_tests[@]}"; do n=$(basename "$t" .sh); echo "${cost[$n]:-300} $t"; done | sort -rn | cut -d' ' -f2)
+	((vms >= 1)) || { echo "selftests: RXE_RS_VMS must be at least 1" >&2; exit 2; }
+	mapfile -t tests < <(for t in "${single_vm_tests[@]}"; do n=$(basename "$t" .sh); echo "${cost[$n]:-300} $t"; done | sort -rn | cut -d' ' -f2-)
 	queue=$results/queue
 	rm -rf "$queue"
 	mkdir -p "$queue"

@@ -148,8 +148,9 @@ validated_exchange() {
 	ibv_rc_pingpong -d "$DEV" -g "$gidx" -c -s 65536 -n 20 -p 18599 >"$LOGS/server" 2>&1 &
 	pp=$!
 	wait_for 30 listening 18599 || { kill -9 $pp; return 1; }
-	timeout 120 ibv_rc_pingpong -d "$DEV" -g "$gidx" -c -s 65536 -n 20 -p 18599 10.11.0.1 | sed 's/^/# /' &&
-		reap $pp 60
+	# The client's status, not sed's.
+	timeout 120 ibv_rc_pingpong -d "$DEV" -g "$gidx" -c -s 65536 -n 20 -p 18599 10.11.0.1 | sed 's/^/# /'
+	((PIPESTATUS[0] == 0)) && reap $pp 60
 }
 # What the resource tracker still lists of the device's objects (nothing, once their
 # processes are gone).
