@@ -2,6 +2,7 @@
 # Guest side of capture-rdma-rxe.sh: role a serves and captures, role b is the client.
 set -x
 source "$RXE_RS_ROOT/selftests/guest/pair.sh"
+source "$RXE_RS_ROOT/selftests/guest/lib.sh" # gid_index, nap, tcp_listening
 pair_link
 modprobe rdma_rxe
 rdma link add rxe0 type rxe netdev "$PAIR_DEV"
