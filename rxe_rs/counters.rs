@@ -48,6 +48,12 @@ pub(crate) enum Counter {
     RcvdWrongPeer,
     /// Dropped: a P_Key that does not match the QP's partition.
     RcvdBadPkey,
+    /// Dropped: a UD datagram whose Q_Key is not the QP's.
+    RcvdBadQkey,
+    /// Dropped: a UD datagram that found no receive WQE, or one too small for it and its GRH.
+    RcvdUdDropped,
+    /// UD sends longer than the path MTU: completed without being sent (IBA C10-93.1.1).
+    SentUdTooLong,
 }
 
 /// Their names, in `Counter` order.
@@ -72,9 +78,12 @@ pub(crate) static NAMES: [StatDesc; COUNT] = [
     StatDesc::new(c_str!("rcvd_wrong_transport")),
     StatDesc::new(c_str!("rcvd_wrong_peer")),
     StatDesc::new(c_str!("rcvd_bad_pkey")),
+    StatDesc::new(c_str!("rcvd_bad_qkey")),
+    StatDesc::new(c_str!("rcvd_ud_dropped")),
+    StatDesc::new(c_str!("sent_ud_too_long")),
 ];
 
-const COUNT: usize = 20;
+const COUNT: usize = 23;
 
 /// The values of one port.
 pub(crate) struct Counters([AtomicU64; COUNT]);

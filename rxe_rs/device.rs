@@ -5,9 +5,9 @@ use crate::{
     counters,
     kext::{
         ib::{
-            self, Access, AtomicCap, CorePortCaps, Cq, CqInitAttr, Device, DeviceAttr, DeviceCaps,
-            KernelCaps, Mr, Pd, PortAttr, PortCaps, PortImmutable, PortPhysState, PortState, Qp,
-            QpAttr, QpAttrMask, QpInitAttr, QpLinks, StatDesc,
+            self, Access, Ah, AhAttr, AtomicCap, CorePortCaps, Cq, CqInitAttr, Device, DeviceAttr,
+            DeviceCaps, KernelCaps, Mr, Pd, PortAttr, PortCaps, PortImmutable, PortPhysState,
+            PortState, Qp, QpAttr, QpAttrMask, QpInitAttr, QpLinks, StatDesc,
         },
         netdev::NetDevice,
         object::Udata,
@@ -19,6 +19,7 @@ use crate::{
     resources::Resources,
     table::IndexTable,
     uapi,
+    verbs::ah::{AhInner, RxeAh},
     verbs::cq::RxeCq,
     verbs::mr::{self, Backing, MrInner, RxeMr},
     verbs::pd::RxePd,
@@ -156,6 +157,7 @@ impl ib::Driver for RxeDevice {
         attr.max_qp_init_rd_atom = limits::MAX_RD_ATOMIC as i32;
         attr.max_res_rd_atom = (limits::MAX_RD_ATOMIC * limits::MAX_QP) as i32;
         attr.max_mr_size = limits::MAX_MR_SIZE;
+        attr.max_ah = limits::MAX_AH as i32;
         Ok(())
     }
 
@@ -354,6 +356,32 @@ impl ib::Driver for RxeDevice {
         crate::kext::rcu::synchronize();
         drop(region);
         Ok(())
+    }
+
+    type Ah = RxeAh;
+
+    fn create_user_ah(
+        dev: &Device<Self>,
+        pd: &Pd<Self>,
+        attr: &AhAttr,
+        udata: &Udata<'_>,
+    ) -> Result<RxeAh> {
+        let inner = Arc::new(AhInner::new(pd.id, attr)?, GFP_KERNEL_ACCOUNT)?;
+        let num = dev.res.ahs.insert(inner)?;
+        let resp = uapi::CreateAhResp {
+            ah_num: num,
+            reserved: 0,
+        };
+        if let Err(e) = udata.write(&resp) {
+            dev.res.ahs.remove(num);
+            return Err(e);
+        }
+        Ok(RxeAh { num })
+    }
+
+    fn destroy_ah(dev: &Device<Self>, ah: &Ah<Self>) {
+        // A send in flight holds its own reference: nothing to wait for.
+        dev.res.ahs.remove(ah.num);
     }
 
     fn req_notify_cq(cq: &Cq<Self>, flags: u32) -> Result<i32> {

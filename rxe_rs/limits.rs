@@ -47,3 +47,5 @@ pub(crate) const MAX_SGE: u32 = 32;
 pub(crate) const MAX_INLINE_DATA: u32 = 512;
 /// Outstanding RDMA READs per QP, as initiator and as responder.
 pub(crate) const MAX_RD_ATOMIC: u32 = 128;
+/// Address handles per device (numbers 1..=MAX_AH), as rdma_rxe.
+pub(crate) const MAX_AH: u32 = (1 << 15) - 1;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 //! What the datapath reaches of its device: the netdev it sends on, the memory regions by key,
-//! and the port counters. The device and each of its QPs share it, so the engines need nothing
+//! the address handles by number, and the port counters. The device and each of its QPs share
+//! it, so the engines need nothing
 //! from the layer above them: the QP table and the verbs entry points are in the device.
 
 use crate::{
@@ -8,7 +9,10 @@ use crate::{
     kext::netdev::NetDevice,
     limits,
     table::IndexTable,
-    verbs::mr::{self, MrInner},
+    verbs::{
+        ah::AhInner,
+        mr::{self, MrInner, PdId},
+    },
 };
 use kernel::{prelude::*, sync::Arc, types::ARef};
 
@@ -18,6 +22,9 @@ pub(crate) struct Resources {
     /// Memory regions by key index (limit: [`limits::MAX_MR`]).
     #[pin]
     pub(crate) mrs: IndexTable<MrInner>,
+    /// Address handles by number (limit: [`limits::MAX_AH`]).
+    #[pin]
+    pub(crate) ahs: IndexTable<AhInner>,
     /// Port counters.
     pub(crate) counters: Counters,
     /// The netdev packets go out on. Ours to hold: the RDMA core's own accessor takes a lock
@@ -30,6 +37,7 @@ impl Resources {
     pub(crate) fn new(ndev: ARef<NetDevice>) -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
             mrs <- IndexTable::new(1, limits::MAX_MR),
+            ahs <- IndexTable::new(1, limits::MAX_AH),
             counters: Counters::new(),
             ndev,
         }? Error)
@@ -40,6 +48,11 @@ impl Resources {
         let key_byte = inner.key_byte;
         let index = self.mrs.insert(Arc::new(inner, GFP_KERNEL_ACCOUNT)?)?;
         Ok(mr::make_key(index, key_byte.into()))
+    }
+
+    /// The address handle numbered `num`, if it exists and belongs to PD `pd`.
+    pub(crate) fn lookup_ah(&self, num: u32, pd: PdId) -> Option<Arc<AhInner>> {
+        self.ahs.get(num).filter(|ah| ah.pd == pd)
     }
 
     /// The MR of an lkey or rkey, if it is registered (the whole key must match).

@@ -21,7 +21,7 @@ rdma resource show cq | sed 's/^/# /' | head -3
 check "MRs register with unique keys (lkey == rkey)" verbs mr_register_keys
 check "MR access errors: EINVAL / EOPNOTSUPP" verbs mr_bad_access
 check "MR limits are reported" verbs mr_limits_reported
-check "UD and UC QPs (not implemented yet): EOPNOTSUPP" verbs qp_types_unsupported
+check "UC QPs (not implemented yet): EOPNOTSUPP" verbs qp_types_unsupported
 check "RC QPs: capacities, numbers, limits" verbs qp_caps
 check "RC QP state machine RESET-INIT-RTR-RTS-ERR-RESET, attributes, errnos" verbs qp_state_machine
 check "posting sends: EINVAL before RTS and for atomics, WR_FLUSH_ERR in ERR" verbs post_send_states

@@ -31,6 +31,8 @@ static CONTEXT_OPS: verbs_context_ops = verbs_context_ops {
     post_recv: Some(crate::post::recv::post_recv),
     post_send: Some(crate::post::send::post_send),
     create_qp_ex: Some(crate::qp::create_qp_ex),
+    create_ah: Some(crate::ah::create_ah),
+    destroy_ah: Some(crate::ah::destroy_ah),
     ..ZERO_OPS
 };
 

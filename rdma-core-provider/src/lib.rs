@@ -6,6 +6,7 @@
 //!
 //! Verbs this provider does not implement keep libibverbs' stubs, which fail with `EOPNOTSUPP`.
 
+pub mod ah;
 pub mod context;
 pub mod cq;
 pub mod device;

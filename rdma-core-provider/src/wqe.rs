@@ -57,9 +57,23 @@ pub fn write_send_header(slot: &mut [u8], w: &SendWqe) -> Result<(), c_int> {
     )?;
     put_u64(slot, offset_of!(SendWqe, remote_addr), w.remote_addr)?;
     put_u32(slot, offset_of!(SendWqe, rkey), w.rkey)?;
-    put_u32(slot, offset_of!(SendWqe, reserved), w.reserved)?;
+    put_u32(slot, offset_of!(SendWqe, ah_num), w.ah_num)?;
     put_u64(slot, offset_of!(SendWqe, compare_add), w.compare_add)?;
-    put_u64(slot, offset_of!(SendWqe, swap), w.swap)
+    put_u64(slot, offset_of!(SendWqe, swap), w.swap)?;
+    put_u32(slot, offset_of!(SendWqe, remote_qpn), w.remote_qpn)?;
+    put_u32(slot, offset_of!(SendWqe, remote_qkey), w.remote_qkey)
+}
+
+/// Sets the UD destination of the send WQE in `slot`: address handle, QP number and Q_Key.
+pub fn set_send_ud_fields(
+    slot: &mut [u8],
+    ah_num: u32,
+    remote_qpn: u32,
+    remote_qkey: u32,
+) -> Result<(), c_int> {
+    put_u32(slot, offset_of!(SendWqe, ah_num), ah_num)?;
+    put_u32(slot, offset_of!(SendWqe, remote_qpn), remote_qpn)?;
+    put_u32(slot, offset_of!(SendWqe, remote_qkey), remote_qkey)
 }
 
 /// The data of a send WQE: SGEs the kernel gathers from, or bytes carried inline.
@@ -158,9 +172,11 @@ mod tests {
             invalidate_rkey: 7,
             remote_addr: 0xffff_0000_1234_5678,
             rkey: 0x99,
-            reserved: 0,
+            ah_num: 3,
             compare_add: 1,
             swap: 2,
+            remote_qpn: 0x12_3456,
+            remote_qkey: 0x1111_2222,
         }
     }
 
@@ -169,16 +185,16 @@ mod tests {
         let mut slot = [0xa5u8; 128];
         let w = sample();
         write_send_header(&mut slot, &w).unwrap();
-        assert_eq!(&slot[..64], bytes_of(&w).as_slice());
+        assert_eq!(&slot[..72], bytes_of(&w).as_slice());
         assert!(
-            slot[64..].iter().all(|&b| b == 0xa5),
+            slot[72..].iter().all(|&b| b == 0xa5),
             "nothing past the header"
         );
     }
 
     #[test]
     fn sges_follow_the_header_within_max_sge() {
-        let mut slot = [0u8; 64 + 2 * 16];
+        let mut slot = [0u8; 72 + 2 * 16];
         let sges = [
             Sge {
                 addr: 0x1000,
@@ -200,8 +216,8 @@ mod tests {
             ),
             Ok((2, 0))
         );
-        assert_eq!(&slot[64..80], bytes_of(&sges[0]).as_slice());
-        assert_eq!(&slot[80..96], bytes_of(&sges[1]).as_slice());
+        assert_eq!(&slot[72..88], bytes_of(&sges[0]).as_slice());
+        assert_eq!(&slot[88..104], bytes_of(&sges[1]).as_slice());
         assert_eq!(
             write_send_data(
                 &mut slot,
@@ -216,13 +232,13 @@ mod tests {
 
     #[test]
     fn inline_pieces_are_concatenated_within_max_inline() {
-        let mut slot = [0u8; 64 + 16];
+        let mut slot = [0u8; 72 + 16];
         let pieces: [&[u8]; 3] = [b"abc", b"", b"defg"];
         assert_eq!(
             write_send_data(&mut slot, SendData::Inline(pieces.into_iter()), 1, 16),
             Ok((0, 7))
         );
-        assert_eq!(&slot[64..71], b"abcdefg");
+        assert_eq!(&slot[72..79], b"abcdefg");
         assert_eq!(
             write_send_data(&mut slot, SendData::Inline(pieces.into_iter()), 1, 6),
             Err(libc::EINVAL),
@@ -238,7 +254,7 @@ mod tests {
 
     #[test]
     fn data_fields_are_patched_into_the_header() {
-        let mut slot = [0u8; 64];
+        let mut slot = [0u8; 72];
         let w = sample();
         write_send_header(&mut slot, &w).unwrap();
         set_send_data_fields(&mut slot, 0, 7, true).unwrap();
@@ -248,6 +264,26 @@ mod tests {
             ..w
         };
         assert_eq!(slot.as_slice(), bytes_of(&expect).as_slice());
+    }
+
+    #[test]
+    fn ud_fields_are_patched_into_the_header() {
+        let mut slot = [0u8; 72];
+        let w = sample();
+        write_send_header(&mut slot, &w).unwrap();
+        set_send_ud_fields(&mut slot, 9, 0xab_cdef, 0x8000_0000).unwrap();
+        let expect = SendWqe {
+            ah_num: 9,
+            remote_qpn: 0xab_cdef,
+            remote_qkey: 0x8000_0000,
+            ..w
+        };
+        assert_eq!(slot.as_slice(), bytes_of(&expect).as_slice());
+        assert_eq!(
+            set_send_ud_fields(&mut slot[..64], 1, 2, 3),
+            Err(libc::EINVAL),
+            "a slot too short for the header"
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! The uapi structs are plain bytes both ways: `#[repr(C)]`, integer fields only, and no
 //! padding (their sizes are asserted in `uapi/`), so they may be copied to and from user space.
 
-use crate::uapi::{Cqe, CreateCqResp, CreateQpResp, MmapInfo, RecvWqe, SendWqe, Sge};
+use crate::uapi::{Cqe, CreateAhResp, CreateCqResp, CreateQpResp, MmapInfo, RecvWqe, SendWqe, Sge};
 use kernel::types::{AsBytes, FromBytes};
 
 macro_rules! plain_bytes {
@@ -16,6 +16,7 @@ macro_rules! plain_bytes {
 
 plain_bytes!(
     MmapInfo,
+    CreateAhResp,
     CreateCqResp,
     CreateQpResp,
     Cqe,

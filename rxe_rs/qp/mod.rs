@@ -1,17 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0
-//! Queue pairs (RC): creation with user-mapped send and receive rings, and the IB state machine
-//! with the attributes each transition carries. Its three engines, each a child module:
+//! Queue pairs (RC and UD): creation with user-mapped send and receive rings, and the IB state
+//! machine with the attributes each transition carries. Its engines, each a child module:
 //! the [`requester`] sends, the [`completer`] turns responses into completions, the
-//! [`responder`] executes what the peer asks.
+//! [`responder`] executes what the peer asks; a UD QP sends and receives through [`datagram`].
 
 pub(crate) mod completer;
+pub(crate) mod datagram;
 pub(crate) mod requester;
 pub(crate) mod responder;
 
 use crate::{
     counters::Counter,
     kext::{
-        ib::{Access, CqRef, QpAttrMask, QpCap, QpEvent, QpRef, QpState},
+        ib::{Access, CqRef, QpAttrMask, QpCap, QpEvent, QpRef, QpState, QpType},
         lock::{new_spinlock_bh, SpinLockBh},
         timer::{Timer, TimerOwner},
         work,
@@ -66,6 +67,8 @@ pub(crate) struct QpAttrs {
     pub(crate) max_rd_atomic: u8,
     pub(crate) max_dest_rd_atomic: u8,
     pub(crate) sgid_index: u8,
+    /// UD: the Q_Key datagrams must carry to be received.
+    pub(crate) qkey: u32,
     pub(crate) av: Option<AddressVector>,
     /// In SQD, messages already started are still in flight (`IB_EVENT_SQ_DRAINED` is due).
     pub(crate) sq_draining: bool,
@@ -111,6 +114,8 @@ pub(crate) struct QpInner {
     pub(crate) sport: u16,
     /// Its number.
     pub(crate) qpn: u32,
+    /// Its transport service.
+    pub(crate) qp_type: QpType,
     /// The PD it was created in.
     pub(crate) pd: PdId,
     /// Send queue (user produces WQEs, the kernel consumes).
@@ -148,7 +153,7 @@ fn clamp_caps(cap: &mut QpCap) -> Result {
 }
 
 impl QpInner {
-    /// An RC QP in `pd` (with id `pd_id`) numbered `qpn`; writes the real capacities to `init`.
+    /// A QP in `pd` (with id `pd_id`) numbered `qpn`; writes the real capacities to `init`.
     pub(crate) fn new(
         qpn: u32,
         pd_id: PdId,
@@ -156,9 +161,7 @@ impl QpInner {
         peers: QpPeers,
         udata: &Udata<'_>,
     ) -> Result<impl PinInit<Self, Error>> {
-        if !init.is_rc() {
-            return Err(eopnotsupp());
-        }
+        let qp_type = init.qp_type().ok_or_else(eopnotsupp)?;
         if !init.srq.is_null() || init.create_flags != 0 {
             return Err(eopnotsupp());
         }
@@ -206,6 +209,7 @@ impl QpInner {
             max_rd_atomic: 0,
             max_dest_rd_atomic: 0,
             sgid_index: 0,
+            qkey: 0,
             av: None,
             sq_draining: false,
         };
@@ -227,6 +231,7 @@ impl QpInner {
             read_work <- new_work!("QpInner::read_work"),
             sport: qp_source_port(qpn),
             qpn,
+            qp_type,
             pd: pd_id,
             sq,
             rq,
@@ -262,7 +267,7 @@ impl QpInner {
         } else {
             cur
         };
-        if cur != a.state || !ib::rc_transition_ok(cur, next, m) {
+        if cur != a.state || !ib::transition_ok(self.qp_type, cur, next, m) {
             return Err(EINVAL);
         }
         // Leaving SQD waits for the drain, except into the error state.
@@ -287,6 +292,11 @@ impl QpInner {
         }
         if m.contains(QpAttrMask::PORT) && attr.port_num != crate::limits::PORT {
             return Err(EINVAL);
+        }
+        // A controlled Q_Key (bit 31) from a user QP was refused by the core already, unless the
+        // process may use one (CAP_NET_RAW or the privileged Q_Key mode).
+        if m.contains(QpAttrMask::QKEY) {
+            new.qkey = attr.qkey;
         }
         if m.contains(QpAttrMask::AV) {
             let av = ib::read_roce_av(&attr.ah_attr).ok_or(EINVAL)?;
@@ -336,8 +346,12 @@ impl QpInner {
         if m.contains(QpAttrMask::DEST_QPN) {
             new.dest_qpn = attr.dest_qp_num & crate::proto::psn::PSN_MASK;
         }
-        // RTR needs a path to send ACKs on.
-        if next == QpState::Rtr && cur != QpState::Rtr && new.av.is_none() {
+        // RTR needs a path to send ACKs on (UD sends none: each WQE names its own path).
+        if self.qp_type == QpType::Rc
+            && next == QpState::Rtr
+            && cur != QpState::Rtr
+            && new.av.is_none()
+        {
             return Err(EINVAL);
         }
         if next == QpState::Err || next == QpState::Reset {
@@ -401,12 +415,13 @@ impl QpInner {
         attr.min_rnr_timer = a.min_rnr_timer;
         attr.max_rd_atomic = a.max_rd_atomic;
         attr.max_dest_rd_atomic = a.max_dest_rd_atomic;
+        attr.qkey = a.qkey;
         attr.sq_draining = u8::from(a.sq_draining);
         if let Some(av) = &a.av {
             ib::write_roce_av(&mut attr.ah_attr, av, a.sgid_index, crate::limits::PORT);
         }
         init.cap = self.caps;
-        init.set_rc(self.sq_sig_all);
+        init.set_type(self.qp_type, self.sq_sig_all);
     }
 }
 
@@ -500,7 +515,11 @@ impl QpInner {
 
     /// Runs the requester and acts on how it ended.
     pub(crate) fn run_requester(&self, s: &mut QpLocked) {
-        match requester::run(self, s) {
+        let end = match self.qp_type {
+            QpType::Rc => requester::run(self, s),
+            QpType::Ud => datagram::send(self, s),
+        };
+        match end {
             RunEnd::Idle => {}
             RunEnd::Failed(index, status) => return self.fail(s, index, status),
             RunEnd::BrokenRing => return self.fatal(s),

@@ -4,7 +4,7 @@
 //! what it sent is the completer's job; both work on the QP's state under its lock.
 
 use crate::{
-    kext::ib::QpState,
+    kext::ib::{QpState, QpType},
     kext::mmap::RingIndex,
     limits,
     net::transmit::{Transmitter, TxError},
@@ -188,7 +188,10 @@ impl Requester {
                 | send_opcode::RDMA_WRITE_WITH_IMM
                 | send_opcode::RDMA_READ
         );
-        if !supported {
+        // UD carries SENDs only (one packet each).
+        let for_type = qp.qp_type == QpType::Rc
+            || matches!(wqe.opcode, send_opcode::SEND | send_opcode::SEND_WITH_IMM);
+        if !supported || !for_type {
             return Err(WcStatus::LocQpOpErr);
         }
         let inline = wqe.flags & send_flags::INLINE != 0;
@@ -250,7 +253,7 @@ impl Requester {
 }
 
 /// Copies the payload bytes at message offset `offset` of the work at `index` into `out`.
-fn gather(
+pub(super) fn gather(
     qp: &QpInner,
     req: &Requester,
     index: u32,
@@ -270,6 +273,26 @@ fn gather(
     sgl::gather(qp.res(), qp.pd, req.sges_of(index), u64::from(offset), out)
 }
 
+/// Copies what the process posted into the kernel, each WQE checked and numbered at `mtu`.
+pub(crate) fn fetch_posted(qp: &QpInner, req: &mut Requester, mtu: IbMtu) -> Result<(), RunEnd> {
+    let producer = qp.sq.load(RingIndex::Producer);
+    // Read once: the process may move it while we work, and the loop must not follow.
+    let Some(new) = qp
+        .sq
+        .geometry()
+        .occupancy(producer, req.q.consumer)
+        .and_then(|posted| req.q.fetchable(posted))
+    else {
+        return Err(RunEnd::BrokenRing);
+    };
+    for _ in 0..new {
+        if let Err((index, status)) = req.fetch_one(qp, mtu) {
+            return Err(RunEnd::Failed(index, status));
+        }
+    }
+    Ok(())
+}
+
 /// What a requester run ended with.
 pub(crate) enum RunEnd {
     /// Sent what it could.
@@ -283,22 +306,8 @@ pub(crate) enum RunEnd {
 /// Fetches newly posted WQEs and sends what the window allows. Returns how it ended.
 pub(crate) fn run(qp: &QpInner, s: &mut QpLocked) -> RunEnd {
     let mtu = s.attrs.path_mtu;
-    let req = &mut s.req;
-    // Copy out what the process posted.
-    let producer = qp.sq.load(RingIndex::Producer);
-    // Read once: the process may move it while we work, and the loop must not follow.
-    let Some(new) = qp
-        .sq
-        .geometry()
-        .occupancy(producer, req.q.consumer)
-        .and_then(|posted| req.q.fetchable(posted))
-    else {
-        return RunEnd::BrokenRing;
-    };
-    for _ in 0..new {
-        if let Err((index, status)) = req.fetch_one(qp, mtu) {
-            return RunEnd::Failed(index, status);
-        }
+    if let Err(end) = fetch_posted(qp, &mut s.req, mtu) {
+        return end;
     }
     if s.comp.rnr_wait {
         return RunEnd::Idle;
@@ -421,6 +430,7 @@ fn send_packet(
                 true,
                 false,
             ),
+            deth: None,
             reth: Some(Reth {
                 va,
                 rkey: wqe.rkey,
@@ -443,6 +453,7 @@ fn send_packet(
         av,
         sport: qp.sport,
         bth: Bth::rc(seg.opcode.0, dest_qpn, seg.psn, ack_req, solicited),
+        deth: None,
         reth: has_reth.then_some(Reth {
             va: wqe.remote_addr,
             rkey: wqe.rkey,

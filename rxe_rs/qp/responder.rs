@@ -146,7 +146,7 @@ enum Failure {
 /// Why the next receive WQE cannot be used. Only a process writing garbage to its own RQ gets
 /// here: the provider never posts either.
 #[derive(Clone, Copy)]
-enum RqError {
+pub(super) enum RqError {
     /// The indices are inconsistent: nothing in the ring can be trusted.
     BrokenRing,
     /// The WQE is malformed (more SGEs than the QP has); it was taken off the ring with no SGEs.
@@ -154,7 +154,7 @@ enum RqError {
 }
 
 /// Takes the next receive WQE off the RQ: `Ok(false)` if the process posted none (RNR).
-fn take_recv_wqe(
+pub(super) fn take_recv_wqe(
     qp: &QpInner,
     rq_consumer: u32,
     recv: &mut Option<RecvInProgress>,
@@ -194,7 +194,7 @@ fn take_recv_wqe(
 
 /// Copies `data` into the WQE's buffers after what is already there; a message longer than
 /// `max_msg_sz` fails as one longer than the buffers.
-fn scatter(
+pub(super) fn scatter(
     qp: &QpInner,
     recv: &mut RecvInProgress,
     data: &[u8],
@@ -215,6 +215,12 @@ fn scatter(
     Ok(())
 }
 
+/// Who sent a UD message: its completion reports the source QP and a GRH in the buffer.
+#[derive(Clone, Copy)]
+pub(super) struct DatagramSource {
+    pub(super) src_qp: u32,
+}
+
 /// Posts the receive completion of the WQE in `s.resp.recv` and retires it.
 fn complete_recv(
     qp: &QpInner,
@@ -224,6 +230,21 @@ fn complete_recv(
     byte_len: u32,
     imm: Option<[u8; 4]>,
     solicited: bool,
+) {
+    complete_recv_from(qp, s, status, opcode, byte_len, imm, solicited, None);
+}
+
+/// [`complete_recv`], for a UD message from `source` too.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn complete_recv_from(
+    qp: &QpInner,
+    s: &mut QpLocked,
+    status: WcStatus,
+    opcode: u32,
+    byte_len: u32,
+    imm: Option<[u8; 4]>,
+    solicited: bool,
+    source: Option<DatagramSource>,
 ) {
     let Some(recv) = s.resp.recv.take() else {
         return;
@@ -237,10 +258,12 @@ fn complete_recv(
         byte_len,
         imm_data: imm.map_or(0, u32::from_ne_bytes),
         qp_num: qp.qpn,
-        wc_flags: if imm.is_some() && status == WcStatus::Success {
-            wc_flags::WITH_IMM
-        } else {
-            0
+        src_qp: source.map_or(0, |from| from.src_qp),
+        wc_flags: match (status, imm.is_some(), source.is_some()) {
+            (WcStatus::Success, imm, grh) => {
+                (if imm { wc_flags::WITH_IMM } else { 0 }) | (if grh { wc_flags::GRH } else { 0 })
+            }
+            _ => 0,
         },
         ..Default::default()
     };
@@ -291,6 +314,7 @@ fn send_ack_now(qp: &QpInner, s: &QpLocked, syndrome: Syndrome, psn: Psn) {
         av,
         sport: qp.sport,
         bth: Bth::rc(Opcode::RC_ACK.0, s.attrs.dest_qpn, psn, false, false),
+        deth: None,
         reth: None,
         aeth: Some(Aeth {
             syndrome,
@@ -304,7 +328,7 @@ fn send_ack_now(qp: &QpInner, s: &QpLocked, syndrome: Syndrome, psn: Psn) {
 }
 
 /// The QP is in a state that executes and answers requests (RTR, RTS, SQD).
-fn answers_requests(s: &QpLocked) -> bool {
+pub(super) fn answers_requests(s: &QpLocked) -> bool {
     matches!(s.attrs.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
 }
 
@@ -427,6 +451,7 @@ fn send_read_response(
         av: *av,
         sport: qp.sport,
         bth: Bth::rc(r.opcode.0, s.attrs.dest_qpn, r.psn, false, false),
+        deth: None,
         reth: None,
         aeth: aeth.then_some(Aeth {
             syndrome: Syndrome::Ack {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The verbs objects other than the QP: protection domains, memory regions (and the copy of
-//! bytes through them), completion queues.
+//! bytes through them), completion queues, address handles.
 
+pub(crate) mod ah;
 pub(crate) mod cq;
 pub(crate) mod mr;
 pub(crate) mod pd;

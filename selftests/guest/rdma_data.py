@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 
 from pyverbs.addr import AHAttr, GlobalRoute
 from pyverbs.cq import CQ
@@ -435,6 +436,9 @@ def run_checks(checks, device, names):
             except Failed as why:
                 print(f"not ok {name}: {why}", flush=True)
             except Exception as err:
+                # Where it came from, as comment lines before the verdict.
+                for line in traceback.format_exc().splitlines():
+                    print(f"  {line}", flush=True)
                 print(f"not ok {name}: {type(err).__name__}: {err}", flush=True)
 
 

@@ -50,3 +50,15 @@ pub struct CreateQpResp {
 }
 
 const _: () = assert!(core::mem::size_of::<CreateQpResp>() == 48);
+
+/// Response to `create_ah` (user address handles).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CreateAhResp {
+    /// What UD send WQEs name the AH by ([`crate::SendWqe::ah_num`]); never 0.
+    pub ah_num: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<CreateAhResp>() == 8);

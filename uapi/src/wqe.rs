@@ -61,13 +61,21 @@ pub struct SendWqe {
     pub remote_addr: u64,
     /// Remote key (RDMA and atomics).
     pub rkey: u32,
-    /// Zero.
-    pub reserved: u32,
+    /// Address handle (UD): the number `create_ah` returned in [`crate::CreateAhResp`].
+    pub ah_num: u32,
     /// Compare (CMP_AND_SWP) or add (FETCH_AND_ADD) operand.
     pub compare_add: u64,
     /// Swap operand (CMP_AND_SWP).
     pub swap: u64,
+    /// Destination QP number (UD).
+    pub remote_qpn: u32,
+    /// Q_Key (UD); with bit 31 set, the QP's own Q_Key is sent instead (IBA 10.2.5).
+    pub remote_qkey: u32,
 }
+
+/// Bytes in front of every UD message in its receive buffer: the Global Route Header, which on
+/// RoCEv2 is the packet's IPv6 header, or 20 zero bytes and its IPv4 header.
+pub const GRH_BYTES: u32 = 40;
 
 /// The fixed part of a receive WQE; `num_sge` [`Sge`]s follow it.
 #[repr(C)]
@@ -138,7 +146,10 @@ pub const fn recv_wqe_bytes(max_sge: u32) -> usize {
 const _: () = {
     use core::mem::{offset_of, size_of};
     assert!(size_of::<Sge>() == 16);
-    assert!(size_of::<SendWqe>() == 64);
+    assert!(size_of::<SendWqe>() == 72);
+    assert!(offset_of!(SendWqe, ah_num) == 44);
+    assert!(offset_of!(SendWqe, remote_qpn) == 64);
+    assert!(offset_of!(SendWqe, remote_qkey) == 68);
     assert!(offset_of!(SendWqe, opcode) == 8);
     assert!(offset_of!(SendWqe, num_sge) == 16);
     assert!(offset_of!(SendWqe, remote_addr) == 32);
@@ -157,8 +168,8 @@ mod tests {
 
     #[test]
     fn slot_sizes() {
-        assert_eq!(send_wqe_bytes(4, 0), 64 + 64);
-        assert_eq!(send_wqe_bytes(1, 256), 64 + 256);
+        assert_eq!(send_wqe_bytes(4, 0), 72 + 64);
+        assert_eq!(send_wqe_bytes(1, 256), 72 + 256);
         assert_eq!(recv_wqe_bytes(2), 48);
     }
 }
@@ -193,6 +204,8 @@ pub mod wc_opcode {
 /// Completion flags (`enum ibv_wc_flags`).
 #[allow(missing_docs)]
 pub mod wc_flags {
+    /// The receive buffer starts with the 40-byte GRH (UD).
+    pub const GRH: u32 = 1 << 0;
     pub const WITH_IMM: u32 = 1 << 1;
     pub const WITH_INV: u32 = 1 << 3;
 }

@@ -81,7 +81,7 @@ pub struct verbs_context_ops {
     pub bind_mw: UnusedOp,
     pub close_xrcd: UnusedOp,
     pub cq_event: UnusedOp,
-    pub create_ah: UnusedOp,
+    pub create_ah: Option<unsafe extern "C" fn(*mut ibv_pd, *mut ibv_ah_attr) -> *mut ibv_ah>,
     pub create_counters: UnusedOp,
     pub create_cq: Option<
         unsafe extern "C" fn(*mut ibv_context, c_int, *mut ibv_comp_channel, c_int) -> *mut ibv_cq,
@@ -100,7 +100,7 @@ pub struct verbs_context_ops {
     pub dealloc_pd: Option<unsafe extern "C" fn(*mut ibv_pd) -> c_int>,
     pub dealloc_td: UnusedOp,
     pub dereg_mr: Option<unsafe extern "C" fn(*mut verbs_mr) -> c_int>,
-    pub destroy_ah: UnusedOp,
+    pub destroy_ah: Option<unsafe extern "C" fn(*mut ibv_ah) -> c_int>,
     pub destroy_counters: UnusedOp,
     pub destroy_cq: Option<unsafe extern "C" fn(*mut ibv_cq) -> c_int>,
     pub destroy_flow: UnusedOp,
@@ -285,6 +285,14 @@ extern "C" {
         resp_size: usize,
     ) -> c_int;
     pub fn ibv_cmd_dealloc_pd(pd: *mut ibv_pd) -> c_int;
+    pub fn ibv_cmd_create_ah(
+        pd: *mut ibv_pd,
+        ah: *mut ibv_ah,
+        attr: *mut ibv_ah_attr,
+        resp: *mut ib_uverbs_create_ah_resp,
+        resp_size: usize,
+    ) -> c_int;
+    pub fn ibv_cmd_destroy_ah(ah: *mut ibv_ah) -> c_int;
     pub fn ibv_cmd_reg_mr(
         pd: *mut ibv_pd,
         addr: *mut c_void,

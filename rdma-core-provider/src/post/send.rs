@@ -5,6 +5,7 @@
 
 use super::{can_post, qp_of, ring_doorbell, sges_of, Doorbell};
 use crate::{
+    ah::ah_num,
     ffi::{private::verbs_qp, verbs::*},
     qp::Qp,
     wqe::{self, SendData},
@@ -146,7 +147,10 @@ pub unsafe extern "C" fn post_send(
                 | IBV_WR_RDMA_WRITE_WITH_IMM
                 | IBV_WR_RDMA_READ
         );
-        if !supported || w.num_sge < 0 {
+        // SAFETY: `ibqp` is a live QP of ours.
+        let ud = unsafe { (*ibqp).qp_type } == IBV_QPT_UD;
+        let for_type = !ud || matches!(w.opcode, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM);
+        if !supported || !for_type || w.num_sge < 0 {
             ret = libc::EINVAL;
             break;
         }
@@ -171,7 +175,7 @@ pub unsafe extern "C" fn post_send(
                 w.__bindgen_anon_1.imm_data,
             )
         };
-        let wqe = SendWqe {
+        let mut wqe = SendWqe {
             wr_id: w.wr_id,
             opcode: w.opcode,
             flags: w.send_flags,
@@ -182,6 +186,18 @@ pub unsafe extern "C" fn post_send(
             rkey,
             ..Default::default()
         };
+        if ud {
+            // SAFETY: a UD WR's union member is `ud`; its AH is one of ours and alive (the
+            // ibverbs contract: it outlives the WRs that name it).
+            unsafe {
+                let dest = w.wr.ud;
+                wqe.ah_num = ah_num(dest.ah);
+                wqe.remote_qpn = dest.remote_qpn;
+                wqe.remote_qkey = dest.remote_qkey;
+            }
+            wqe.remote_addr = 0;
+            wqe.rkey = 0;
+        }
         if let Err(e) = wqe::write_send_header(slot, &wqe) {
             ret = e;
             break;
@@ -358,6 +374,32 @@ unsafe extern "C" fn wr_rdma_read(qpx: *mut ibv_qp_ex, rkey: u32, remote_addr: u
     begin(qpx, send_opcode::RDMA_READ, rkey, remote_addr, 0);
 }
 
+unsafe extern "C" fn wr_set_ud_addr(
+    qpx: *mut ibv_qp_ex,
+    ah: *mut ibv_ah,
+    remote_qpn: u32,
+    remote_qkey: u32,
+) {
+    let qp = qp_of_ex(qpx);
+    // SAFETY: a `wr_*` call, under the SQ lock.
+    let b = unsafe { batch(qp) };
+    let (Some(index), Some(sq)) = (b.current, qp.sq.as_ref()) else {
+        if b.error == 0 {
+            b.error = libc::EINVAL;
+        }
+        return;
+    };
+    // SAFETY: the current WQE's slot, reserved by `begin` under the SQ lock, not published;
+    // `ah` is one of ours and alive (the ibverbs contract).
+    let written = unsafe {
+        let slot = sq.slot_mut(index);
+        wqe::set_send_ud_fields(slot, ah_num(ah), remote_qpn, remote_qkey)
+    };
+    if let Err(e) = written {
+        b.error = e;
+    }
+}
+
 unsafe extern "C" fn wr_set_sge(qpx: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
     // SAFETY: not inline.
     unsafe { set_data(qpx, &[Sge { addr, length, lkey }], false) };
@@ -433,6 +475,7 @@ pub fn init_qp_ex(vqp: &mut verbs_qp) {
     x.wr_rdma_write_imm = Some(wr_rdma_write_imm);
     x.wr_rdma_read = Some(wr_rdma_read);
     x.wr_set_sge = Some(wr_set_sge);
+    x.wr_set_ud_addr = Some(wr_set_ud_addr);
     x.wr_set_sge_list = Some(wr_set_sge_list);
     x.wr_set_inline_data = Some(wr_set_inline_data);
     x.wr_set_inline_data_list = Some(wr_set_inline_data_list);

@@ -46,6 +46,9 @@ impl<T: Driver> Adapter<T> {
             reg_user_mr: Some(Self::reg_user_mr),
             get_dma_mr: Some(Self::get_dma_mr),
             dereg_mr: Some(Self::dereg_mr),
+            create_user_ah: Some(Self::create_user_ah),
+            destroy_ah: Some(Self::destroy_ah),
+            size_ib_ah: core::mem::size_of::<Ah<T>>(),
             size_ib_pd: core::mem::size_of::<Pd<T>>(),
             size_ib_cq: core::mem::size_of::<Cq<T>>(),
             dealloc_driver: Some(Self::dealloc_driver),
@@ -658,6 +661,50 @@ impl<T: Driver> Adapter<T> {
         }
         // SAFETY: made by `KBox::into_raw` in `new_mr`; the core forgets it after this.
         drop(unsafe { KBox::from_raw(mr.cast::<Mr<T>>()) });
+        0
+    }
+
+    /// `ib_device_ops.create_user_ah`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.create_user_ah` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
+    unsafe extern "C" fn create_user_ah(
+        ah: *mut bindings::ib_ah,
+        init: *mut bindings::rdma_ah_init_attr,
+        udata: *mut bindings::ib_udata,
+    ) -> kernel::ffi::c_int {
+        from_result(|| {
+            // SAFETY: a fresh AH allocation of `size_ib_ah` whose `device` and `pd` the core
+            // set; `init` and its `ah_attr` are valid for the call (the core holds the GRH's
+            // `sgid_attr`); the verb's udata.
+            unsafe {
+                let dev = Self::dev((*ah).device);
+                let pd = Pd::<T>::from_raw((*ah).pd);
+                let attr = (*init).ah_attr.as_ref().ok_or(EINVAL)?;
+                let value = T::create_user_ah(dev, pd, attr, &Udata::from_raw(udata))?;
+                // A plain value is its own initialiser.
+                CoreObject::init(ah, value)?;
+            }
+            Ok(0)
+        })
+    }
+
+    /// `ib_device_ops.destroy_ah`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.destroy_ah` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
+    unsafe extern "C" fn destroy_ah(ah: *mut bindings::ib_ah, _flags: u32) -> kernel::ffi::c_int {
+        // SAFETY: the core destroys an AH we initialised; nothing uses it afterwards.
+        unsafe {
+            T::destroy_ah(Self::dev((*ah).device), Ah::<T>::from_raw(ah));
+            Ah::<T>::drop_in_place(ah);
+        }
         0
     }
 

@@ -21,7 +21,7 @@ pub(crate) use objects::*;
 pub(crate) use qp_attr::*;
 pub(crate) use types::{
     Access, AtomicCap, CorePortCaps, DeviceCaps, KernelCaps, PortCaps, PortPhysState, PortState,
-    QpAttrMask, QpEvent, QpState, MGMT_MAD_SIZE,
+    QpAttrMask, QpEvent, QpState, QpType, MGMT_MAD_SIZE,
 };
 
 use super::{
@@ -53,6 +53,11 @@ pub(crate) type Pd<T> = CoreObject<bindings::ib_pd, <T as Driver>::Pd>;
 pub(crate) type Cq<T> = CqOf<<T as Driver>::Cq>;
 /// A completion queue whose driver data is a `C` (for code below the driver's device type).
 pub(crate) type CqOf<C> = CoreObject<bindings::ib_cq, C>;
+/// An address handle of driver `T`.
+pub(crate) type Ah<T> = CoreObject<bindings::ib_ah, <T as Driver>::Ah>;
+/// Address handle attributes (a path): plain data, except the GRH's `sgid_attr` (see
+/// [`read_roce_av`]).
+pub(crate) type AhAttr = bindings::rdma_ah_attr;
 /// A queue pair of driver `T`.
 pub(crate) type Qp<T> = CoreObject<bindings::ib_qp, <T as Driver>::Qp>;
 /// QP creation attributes (the driver writes the real capacities back into `cap`).
@@ -154,6 +159,19 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     fn get_dma_mr(dev: &Device<Self>, pd: &Pd<Self>, access: Access) -> Result<(Self::Mr, u32)>;
     /// Deregisters an MR (dropped right after).
     fn dereg_mr(dev: &Device<Self>, mr: &Mr<Self>) -> Result;
+
+    /// What an address handle holds.
+    type Ah: Send + Sync;
+    /// Creates an address handle in `pd` for the path `attr` of a user process (`udata`
+    /// carries the driver response). Process context.
+    fn create_user_ah(
+        dev: &Device<Self>,
+        pd: &Pd<Self>,
+        attr: &AhAttr,
+        udata: &Udata<'_>,
+    ) -> Result<Self::Ah>;
+    /// Destroys an address handle (dropped right after). May be called in atomic context.
+    fn destroy_ah(dev: &Device<Self>, ah: &Ah<Self>);
 
     /// Arms the CQ for a completion event (`flags`: [`cq_notify`]); returns 1 if
     /// `REPORT_MISSED_EVENTS` was asked and completions are already waiting.

@@ -4,17 +4,15 @@
 
 use super::*;
 
-/// `ib_modify_qp_is_ok`: is `cur -> next` with `mask` a legal transition for an RC QP?
-pub(crate) fn rc_transition_ok(cur: QpState, next: QpState, mask: QpAttrMask) -> bool {
+/// `ib_modify_qp_is_ok`: is `cur -> next` with `mask` a legal transition for a QP of `qp_type`?
+pub(crate) fn transition_ok(
+    qp_type: QpType,
+    cur: QpState,
+    next: QpState,
+    mask: QpAttrMask,
+) -> bool {
     // SAFETY: a pure function of its arguments.
-    unsafe {
-        bindings::ib_modify_qp_is_ok(
-            cur.raw(),
-            next.raw(),
-            bindings::ib_qp_type_IB_QPT_RC,
-            mask.raw(),
-        )
-    }
+    unsafe { bindings::ib_modify_qp_is_ok(cur.raw(), next.raw(), qp_type as u32, mask.raw()) }
 }
 
 /// The RoCEv2 path in an address handle attribute: `None` without a GRH, or if the source GID

@@ -104,6 +104,8 @@ flag_set! {
         ACCESS_FLAGS = bindings::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS,
         /// The P_Key index.
         PKEY_INDEX = bindings::ib_qp_attr_mask_IB_QP_PKEY_INDEX,
+        /// The Q_Key (UD).
+        QKEY = bindings::ib_qp_attr_mask_IB_QP_QKEY,
         /// The port.
         PORT = bindings::ib_qp_attr_mask_IB_QP_PORT,
         /// The address vector (the path to the peer).
@@ -243,10 +245,24 @@ impl bindings::ib_port_attr {
     }
 }
 
+/// The transport service of a QP (`enum ib_qp_type`), of those we offer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub(crate) enum QpType {
+    /// Reliable connected.
+    Rc = bindings::ib_qp_type_IB_QPT_RC,
+    /// Unreliable datagram.
+    Ud = bindings::ib_qp_type_IB_QPT_UD,
+}
+
 impl bindings::ib_qp_init_attr {
-    /// An RC QP is asked for.
-    pub(crate) fn is_rc(&self) -> bool {
-        self.qp_type == bindings::ib_qp_type_IB_QPT_RC
+    /// The QP type asked for, if we offer it.
+    pub(crate) fn qp_type(&self) -> Option<QpType> {
+        match self.qp_type {
+            bindings::ib_qp_type_IB_QPT_RC => Some(QpType::Rc),
+            bindings::ib_qp_type_IB_QPT_UD => Some(QpType::Ud),
+            _ => None,
+        }
     }
 
     /// Every send WR is to complete with a CQE (`IB_SIGNAL_ALL_WR`).
@@ -254,9 +270,9 @@ impl bindings::ib_qp_init_attr {
         self.sq_sig_type == bindings::ib_sig_type_IB_SIGNAL_ALL_WR
     }
 
-    /// Reports an RC QP that signals every send WR (`signal_all`) or those that ask.
-    pub(crate) fn set_rc(&mut self, signal_all: bool) {
-        self.qp_type = bindings::ib_qp_type_IB_QPT_RC;
+    /// Reports a QP of `qp_type` that signals every send WR (`signal_all`) or those that ask.
+    pub(crate) fn set_type(&mut self, qp_type: QpType, signal_all: bool) {
+        self.qp_type = qp_type as u32;
         self.sq_sig_type = if signal_all {
             bindings::ib_sig_type_IB_SIGNAL_ALL_WR
         } else {

@@ -3,7 +3,7 @@
 #![deny(clippy::arithmetic_side_effects)]
 
 use super::{
-    opcode::{Opcode, AETH_BYTES, BTH_BYTES, RETH_BYTES},
+    opcode::{Opcode, AETH_BYTES, BTH_BYTES, DETH_BYTES, RETH_BYTES},
     psn::Psn,
 };
 
@@ -74,6 +74,11 @@ impl Bth {
         }
     }
 
+    /// The BTH of a UD packet we send: as [`Bth::rc`], never asking for an ACK (UD has none).
+    pub fn ud(opcode: u8, dest_qp: u32, psn: Psn, solicited: bool) -> Self {
+        Self::rc(opcode, dest_qp, psn, false, solicited)
+    }
+
     /// Parses the first [`BTH_BYTES`] of `b`; `None` if too short or of another version.
     pub fn parse(b: &[u8]) -> Option<Self> {
         let b = b.get(..BTH_BYTES)?;
@@ -141,6 +146,37 @@ impl Reth {
         b[..8].copy_from_slice(&self.va.to_be_bytes());
         b[8..12].copy_from_slice(&self.rkey.to_be_bytes());
         b[12..16].copy_from_slice(&self.dma_len.to_be_bytes());
+    }
+}
+
+/// The Q_Key of the general services QP (QP1) on every port (`IB_QP1_QKEY`).
+pub const GSI_QKEY: u32 = 0x8001_0000;
+
+/// The datagram extended transport header (8 bytes, UD): the receiver's Q_Key and the sending
+/// QP's number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Deth {
+    /// Q_Key the receiving QP must have.
+    pub qkey: u32,
+    /// Source QP number (24 bits).
+    pub src_qp: u32,
+}
+
+impl Deth {
+    /// Parses the first [`DETH_BYTES`] of `b`.
+    pub fn parse(b: &[u8]) -> Option<Self> {
+        let b = b.get(..DETH_BYTES)?;
+        Some(Self {
+            qkey: be32(b),
+            src_qp: be24(&b[5..]),
+        })
+    }
+
+    /// Writes the header into the first [`DETH_BYTES`] of `b`.
+    pub fn write(&self, b: &mut [u8]) {
+        b[..4].copy_from_slice(&self.qkey.to_be_bytes());
+        b[4] = 0;
+        put24(&mut b[5..8], self.src_qp);
     }
 }
 

@@ -8,6 +8,7 @@ pub mod addr;
 pub mod admit;
 pub mod av;
 pub mod completer;
+pub mod grh;
 pub mod headers;
 pub mod icrc;
 pub mod mtu;

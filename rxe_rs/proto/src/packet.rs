@@ -25,6 +25,8 @@ pub enum DropReason {
 /// A datagram that passed every check.
 #[derive(Debug)]
 pub struct Datagram<'a> {
+    /// Its IP header (20 bytes for IPv4, 40 for IPv6): a UD receive buffer gets it as the GRH.
+    pub ip_header: &'a [u8],
     /// The IP source address, as a GID (IPv4 addresses are IPv4-mapped).
     pub src_gid: [u8; 16],
     /// The IP destination address, as a GID (likewise).
@@ -128,6 +130,7 @@ pub fn parse<'a>(ip: &'a [u8], crc: &impl Crc32) -> Result<Datagram<'a>, DropRea
         (gid_of(&ip[8..24]), gid_of(&ip[24..40]))
     };
     Ok(Datagram {
+        ip_header: &ip[..ip_len],
         src_gid,
         dst_gid,
         bth,

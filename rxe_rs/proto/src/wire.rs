@@ -4,9 +4,9 @@
 
 use super::{
     av::{AddressVector, Family},
-    headers::{Aeth, Bth, Reth},
+    headers::{Aeth, Bth, Deth, Reth},
     icrc::{icrc, Crc32, IPV4_HDR_BYTES, IPV6_HDR_BYTES, UDP_HDR_BYTES},
-    opcode::{AETH_BYTES, BTH_BYTES, ICRC_BYTES, IMMDT_BYTES, RETH_BYTES},
+    opcode::{AETH_BYTES, BTH_BYTES, DETH_BYTES, ICRC_BYTES, IMMDT_BYTES, RETH_BYTES},
     packet::ROCE_V2_PORT,
     segment::pad_of,
 };
@@ -25,6 +25,8 @@ pub struct Frame {
     pub sport: u16,
     /// The BTH; its `pad` is computed from the payload length.
     pub bth: Bth,
+    /// Datagram extended header (UD: Q_Key and source QP).
+    pub deth: Option<Deth>,
     /// RDMA extended header (first packet of a WRITE, READ request).
     pub reth: Option<Reth>,
     /// ACK extended header (ACKs, READ responses).
@@ -47,6 +49,7 @@ impl Frame {
     /// Bytes of the transport headers (BTH and extended headers).
     fn transport_header_len(&self) -> usize {
         BTH_BYTES
+            + if self.deth.is_some() { DETH_BYTES } else { 0 }
             + if self.reth.is_some() { RETH_BYTES } else { 0 }
             + if self.aeth.is_some() { AETH_BYTES } else { 0 }
             + if self.immdt.is_some() { IMMDT_BYTES } else { 0 }
@@ -119,6 +122,10 @@ impl Frame {
         };
         bth.write(&mut buf[at..at + BTH_BYTES]);
         at += BTH_BYTES;
+        if let Some(deth) = &self.deth {
+            deth.write(&mut buf[at..at + DETH_BYTES]);
+            at += DETH_BYTES;
+        }
         if let Some(reth) = &self.reth {
             reth.write(&mut buf[at..at + RETH_BYTES]);
             at += RETH_BYTES;
@@ -202,6 +209,7 @@ mod tests {
                 ack_req: true,
                 ..Default::default()
             },
+            deth: None,
             reth: None,
             aeth: None,
             immdt: None,
@@ -245,6 +253,34 @@ mod tests {
         assert_eq!(Reth::parse(d.ext_headers), f.reth);
         assert_eq!(&d.ext_headers[16..], &[1, 2, 3, 4]);
         assert_eq!(d.payload, &[0x5a; 13]);
+    }
+
+    #[test]
+    fn a_built_ud_send_carries_its_deth_before_the_immediate() {
+        let av = AddressVector {
+            sgid: v4([10, 0, 0, 1]),
+            dgid: v4([10, 0, 0, 2]),
+            hop_limit: 64,
+            ..Default::default()
+        };
+        let mut f = frame(av, Opcode::UD_SEND_ONLY_IMM, 5);
+        f.bth = Bth::ud(Opcode::UD_SEND_ONLY_IMM.0, 0x12_3456, Psn::new(9), true);
+        f.deth = Some(Deth {
+            qkey: 0x0123_4567,
+            src_qp: 0xab_cdef,
+        });
+        f.immdt = Some([9, 8, 7, 6]);
+        let buf = build(&f, 0x11);
+        assert_eq!(buf.len(), 20 + 8 + 12 + 8 + 4 + 5 + 3 + 4);
+        // DETH on the wire: Q_Key, a reserved byte, the source QPN.
+        assert_eq!(&buf[40..48], &[0x01, 0x23, 0x45, 0x67, 0, 0xab, 0xcd, 0xef]);
+        let d = parse(&buf, &SoftCrc32).unwrap();
+        assert!(d.info.deth && d.info.immdt && !d.bth.ack_req && d.bth.solicited);
+        assert_eq!(d.bth.dest_qp, 0x12_3456);
+        assert_eq!(Deth::parse(d.ext_headers), f.deth);
+        assert_eq!(&d.ext_headers[8..], &[9, 8, 7, 6]);
+        assert_eq!(d.payload, &[0x11; 5]);
+        assert_eq!(d.ip_header, &buf[..20]);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! Our parser, opcode table, ICRC, segmentation and header writer must agree with every packet.
 
 use rxe_rs_proto::{
-    headers::{Aeth, Bth, Reth},
+    headers::{Aeth, Bth, Deth, Reth},
     icrc::{icrc, SoftCrc32},
     mtu::IbMtu,
     opcode::{Opcode, ICRC_BYTES},
@@ -248,6 +248,7 @@ fn our_frame_writer_reproduces_every_packet() {
             av,
             sport: u16::from_be_bytes([pkt[20], pkt[21]]),
             bth: d.bth,
+            deth: d.info.deth.then(|| Deth::parse(ext).unwrap()),
             reth: d.info.reth.then(|| Reth::parse(ext).unwrap()),
             aeth: d
                 .info
