@@ -8,6 +8,7 @@ dropped (a wrong Q_Key, no receive or one too small) is dropped and counted.
 
 Usage: ud.py DEVICE [CHECK...]   prints "ok NAME" or "not ok NAME: why" per check.
 """
+import errno
 import socket
 import sys
 import time
@@ -16,6 +17,7 @@ from pyverbs.addr import AH, AHAttr, GlobalRoute
 from pyverbs.cq import CQ
 from pyverbs.mr import MR
 from pyverbs.pd import PD
+from pyverbs.pyverbs_error import PyverbsRDMAError
 from pyverbs.qp import QP, QPAttr, QPCap, QPEx, QPInitAttr, QPInitAttrEx
 from pyverbs.wr import RecvWR, SGE, SendWR
 import pyverbs.enums as e
@@ -300,6 +302,21 @@ def ud_query_qp(ctx):
     expect(init.qp_type == e.IBV_QPT_UD, f"type {init.qp_type}")
 
 
+def ud_controlled_qkey_refused(ctx):
+    """A user QP may not take a controlled Q_Key (bit 31, such as QP1's 0x80010000): EPERM."""
+    pd, cq = PD(ctx), CQ(ctx, 8)
+    cap = QPCap(max_send_wr=2, max_recv_wr=2, max_send_sge=1, max_recv_sge=1)
+    qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_UD, scq=cq, rcq=cq, cap=cap))
+    init = QPAttr(qp_state=e.IBV_QPS_INIT)
+    init.pkey_index, init.port_num, init.qkey = 0, 1, 0x80010000
+    try:
+        qp.modify(init, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_QKEY)
+    except PyverbsRDMAError as err:
+        expect(err.error_code == errno.EPERM, f"errno {err.error_code}, want EPERM")
+        return
+    raise Failed("a controlled Q_Key was accepted")
+
+
 CHECKS = {
     "ud_ipv4_sizes": ud_ipv4_sizes,
     "ud_ipv6_sizes": ud_ipv6_sizes,
@@ -311,6 +328,7 @@ CHECKS = {
     "ud_reply_from_wc": ud_reply_from_wc,
     "ud_wr_api": ud_wr_api,
     "ud_query_qp": ud_query_qp,
+    "ud_controlled_qkey_refused": ud_controlled_qkey_refused,
 }
 
 if __name__ == "__main__":

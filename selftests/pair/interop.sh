@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# RC between two VMs (scripts/vm-pair.sh), in three pairings in one boot: rxe_rs on both ends,
-# rxe_rs (A) with the C rdma_rxe (B), and rdma_rxe (A) with rxe_rs (B). In each: ibv_rc_pingpong
-# with payload checking (-c) at 1 B..1 MiB, with and without completion events (-e), and
-# perftest send/write/read bandwidth and latency. A runs the servers, B the clients. KTAP
-# results go to stdout (the host counts them); the kernel log must stay clean.
+# RC and UD between two VMs (scripts/vm-pair.sh), in three pairings in one boot: rxe_rs on both
+# ends, rxe_rs (A) with the C rdma_rxe (B), and rdma_rxe (A) with rxe_rs (B). In each:
+# ibv_rc_pingpong with payload checking (-c) at 1 B..1 MiB, with and without completion events
+# (-e); perftest send/write/read bandwidth and latency; ibv_ud_pingpong at 1 B..MTU with and
+# without -e, perftest UD send bandwidth and latency, and pair_ud.py, which checks every UD byte
+# and echoes through ibv_create_ah_from_wc. A runs the servers, B the clients. KTAP results go
+# to stdout (the host counts them); the kernel log must stay clean.
 source "$RXE_RS_ROOT/selftests/guest/pair.sh"
 source "$RXE_RS_ROOT/selftests/guest/lib.sh"
 
@@ -23,6 +25,22 @@ cases() {
 	for t in ib_send_lat ib_write_lat ib_read_lat; do
 		echo "$t -F -s 64 -n 20"
 	done
+	# UD: one packet per message, at most the path MTU (1024 on the pair's 1500-byte link).
+	for events in "" -e; do
+		for size in 1 1024; do
+			echo "ibv_ud_pingpong${events:+ $events} -s $size -n 10"
+		done
+	done
+	echo "ib_send_bw -c UD -F -s 1024 -n 20"
+	echo "ib_send_lat -c UD -F -s 64 -n 20"
+	echo "pair_ud.py"
+}
+
+# pair_ud.py as server (A) or client (B), on its own port.
+ud_data_exchange() {
+	local role=server
+	[[ $PAIR_ROLE == b ]] && role=client
+	/usr/bin/python3 -u "$RXE_RS_ROOT/selftests/guest/pair_ud.py" "$role" "$DEV" "$PAIR_PEER_IP" 18701
 }
 
 # One pairing LABEL, with stack MINE here. Both report every exchange (so both logs show
@@ -38,9 +56,11 @@ pairing() {
 	for line in "${lines[@]}"; do
 		read -r -a cmd <<<"$line"
 		gid_flag=-x
-		[[ ${cmd[0]} == ibv_rc_pingpong ]] && gid_flag=-g
+		[[ ${cmd[0]} == ibv_*_pingpong ]] && gid_flag=-g
 		if [[ -n $down ]]; then
 			ktap_test_fail "$label $line ($role): not run, a stack is not up"
+		elif [[ ${cmd[0]} == pair_ud.py ]]; then
+			PAIR_PORT=18701 check "$label pair_ud.py: UD bytes and echoes intact ($role)" pair_exchange "$label-ud-data" ud_data_exchange
 		else
 			check "$label $line ($role)" pair_exchange "$label-$line" "${cmd[0]}" -d "$DEV" "$gid_flag" "$GID" "${cmd[@]:1}"
 		fi
@@ -50,7 +70,7 @@ pairing() {
 
 pair_link
 ktap_print_header
-ktap_set_plan 51
+ktap_set_plan 72
 pair_wait_peer 900 || { echo "# the peer never answered ping"; }
 if [[ $PAIR_ROLE == a ]]; then
 	pairing rxe_rs "rxe_rs<->rxe_rs"
