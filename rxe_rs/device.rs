@@ -6,9 +6,11 @@ use crate::{
     kext::{
         ib::{
             self, Access, Ah, AhAttr, AtomicCap, CorePortCaps, Cq, CqInitAttr, Device, DeviceAttr,
-            DeviceCaps, KernelCaps, Mr, Pd, PortAttr, PortCaps, PortImmutable, PortPhysState,
-            PortState, Qp, QpAttr, QpAttrMask, QpInitAttr, QpLinks, StatDesc,
+            DeviceCaps, KernelCaps, KernelDest, KernelRecvWr, KernelSendWr, KernelWcArray, Mr, Pd,
+            PortAttr, PortCaps, PortImmutable, PortPhysState, PortState, Qp, QpAttr, QpAttrMask,
+            QpInitAttr, QpLinks, QpType, StatDesc,
         },
+        lock::{new_spinlock_bh, SpinLockBh},
         netdev::NetDevice,
         object::Udata,
         umem::random_u32,
@@ -18,7 +20,7 @@ use crate::{
     qp::{QpInner, QpPeers, RxeQp},
     resources::Resources,
     table::IndexTable,
-    uapi,
+    uapi::{self, SendWqe},
     verbs::ah::{AhInner, RxeAh},
     verbs::cq::RxeCq,
     verbs::mr::{self, Backing, MrInner, RxeMr},
@@ -45,6 +47,10 @@ pub(crate) struct RxeDevice {
     /// Queue pairs by number (limit: [`limits::MAX_QP`]).
     #[pin]
     qps: IndexTable<QpInner>,
+    /// The port's general services QP (QP1, created by ib_mad), outside the table: its
+    /// number is not a table index.
+    #[pin]
+    gsi: SpinLockBh<Option<Arc<QpInner>>>,
     /// What the datapath uses: the MRs, the counters, the netdev (each QP holds it too).
     pub(crate) res: Arc<Resources>,
 }
@@ -86,6 +92,7 @@ impl RxeDevice {
             cqs: ObjectCount::new(),
             next_pd_id: AtomicU64::new(1),
             qps <- IndexTable::new(limits::FIRST_QPN, limits::MAX_QP),
+            gsi <- new_spinlock_bh!(None, "rxe_rs_gsi"),
             res: Arc::pin_init(Resources::new(ndev), GFP_KERNEL)?,
         }? Error)
     }
@@ -102,6 +109,9 @@ impl RxeDevice {
 
     /// The QP numbered `qpn`, if it exists (the whole number must match, not only its index).
     pub(crate) fn lookup_qp(&self, qpn: u32) -> Option<Arc<QpInner>> {
+        if qpn == limits::GSI_QPN {
+            return self.gsi.lock().clone();
+        }
         self.qps
             .get(qpn & limits::QPN_INDEX_MASK)
             .filter(|qp| qp.qpn == qpn)
@@ -257,29 +267,42 @@ impl ib::Driver for RxeDevice {
         links: QpLinks<Self>,
         udata: &Udata<'_>,
     ) -> Result<(impl PinInit<RxeQp, Error>, u32)> {
+        let peers = QpPeers {
+            res: dev.res.clone(),
+            send: links.send,
+            recv: links.recv,
+            qp: links.qp,
+        };
+        if init.qp_type() == Some(QpType::Gsi) {
+            // One per port, made by ib_mad, numbered 1.
+            if init.port_num != PORT || udata.ucontext().is_some() {
+                return Err(EINVAL);
+            }
+            let inner = Arc::pin_init(
+                QpInner::new(limits::GSI_QPN, pd.id, init, peers, udata)?,
+                GFP_KERNEL,
+            )?;
+            let mut gsi = dev.gsi.lock();
+            if gsi.is_some() {
+                return Err(EINVAL);
+            }
+            *gsi = Some(inner.clone());
+            return Ok((RxeQp { inner, index: None }, limits::GSI_QPN));
+        }
         let mut qp = None;
         let mut qpn = 0;
+        let mut peers = Some(peers);
         dev.qps.insert_with(|index| {
             // Random bits above the table index: a QP number is not the next one after the
             // last, so a blind sweep of QP numbers does not find every QP.
             qpn = ((random_u32() << limits::QPN_INDEX_BITS) | index) & crate::proto::psn::PSN_MASK;
             let inner = Arc::pin_init(
-                QpInner::new(
-                    qpn,
-                    pd.id,
-                    init,
-                    QpPeers {
-                        res: dev.res.clone(),
-                        send: links.send,
-                        recv: links.recv,
-                        qp: links.qp,
-                    },
-                    udata,
-                )?,
+                QpInner::new(qpn, pd.id, init, peers.take().ok_or(EINVAL)?, udata)?,
                 GFP_KERNEL_ACCOUNT,
             )?;
             qp = Some(RxeQp {
                 inner: inner.clone(),
+                index: Some(index),
             });
             Ok(inner)
         })?;
@@ -304,8 +327,52 @@ impl ib::Driver for RxeDevice {
     }
 
     fn destroy_qp(dev: &Device<Self>, qp: &Qp<Self>) {
-        dev.qps.remove(qp.inner.qpn & limits::QPN_INDEX_MASK);
+        let _ours = match qp.index {
+            Some(index) => dev.qps.remove(index),
+            None => dev.gsi.lock().take(),
+        };
         qp.inner.detach();
+    }
+
+    fn post_send_kernel(_dev: &Device<Self>, qp: &Qp<Self>, wr: &KernelSendWr<'_, Self>) -> Result {
+        let mut wqe = SendWqe {
+            wr_id: wr.wr_id,
+            opcode: wr.opcode,
+            flags: wr.flags,
+            imm_data: wr.imm_data,
+            ..Default::default()
+        };
+        match &wr.dest {
+            KernelDest::Connected => {}
+            KernelDest::Rdma { remote_addr, rkey } => {
+                wqe.remote_addr = *remote_addr;
+                wqe.rkey = *rkey;
+            }
+            KernelDest::Datagram {
+                ah,
+                remote_qpn,
+                remote_qkey,
+            } => {
+                wqe.ah_num = ah.num;
+                wqe.remote_qpn = *remote_qpn;
+                wqe.remote_qkey = *remote_qkey;
+            }
+        }
+        qp.inner
+            .post_kernel_send(wqe, wr.sges.iter(), wr.sges.len())
+    }
+
+    fn post_recv_kernel(_dev: &Device<Self>, qp: &Qp<Self>, wr: &KernelRecvWr<'_>) -> Result {
+        qp.inner
+            .post_kernel_recv(wr.wr_id, wr.sges.iter(), wr.sges.len())
+    }
+
+    fn kick_kernel(_dev: &Device<Self>, qp: &Qp<Self>, send: bool) {
+        qp.inner.kick(send);
+    }
+
+    fn poll_cq(cq: &Cq<Self>, out: &mut KernelWcArray) -> usize {
+        cq.poll(out)
     }
 
     fn post_send(_dev: &Device<Self>, qp: &Qp<Self>) -> Result {
@@ -376,6 +443,21 @@ impl ib::Driver for RxeDevice {
             dev.res.ahs.remove(num);
             return Err(e);
         }
+        Ok(RxeAh { num })
+    }
+
+    fn create_ah(
+        dev: &Device<Self>,
+        pd: &Pd<Self>,
+        attr: &AhAttr,
+        sleepable: bool,
+    ) -> Result<RxeAh> {
+        let inner = AhInner::new(pd.id, attr)?;
+        let num = if sleepable {
+            dev.res.ahs.insert(Arc::new(inner, GFP_KERNEL)?)?
+        } else {
+            dev.res.ahs.insert_atomic(Arc::new(inner, GFP_ATOMIC)?)?
+        };
         Ok(RxeAh { num })
     }
 

@@ -49,3 +49,5 @@ pub(crate) const MAX_INLINE_DATA: u32 = 512;
 pub(crate) const MAX_RD_ATOMIC: u32 = 128;
 /// Address handles per device (numbers 1..=MAX_AH), as rdma_rxe.
 pub(crate) const MAX_AH: u32 = (1 << 15) - 1;
+/// The number of the general services QP (QP1) of every port.
+pub(crate) const GSI_QPN: u32 = 1;

@@ -8,7 +8,8 @@
 //! table's memory is bounded by the most objects it ever held, however many come and go, and
 //! nothing larger than the small chunk directory is allocated under its BH-safe lock.
 
-use crate::kext::lock::{new_spinlock_bh, SpinLockBh};
+use crate::kext::lock::{new_spinlock_irq, SpinLockIrq};
+use kernel::alloc::Flags;
 use kernel::{prelude::*, sync::Arc};
 
 /// Slots per chunk.
@@ -80,9 +81,10 @@ impl<T> Slots<T> {
 pub(crate) struct IndexTable<T> {
     first: u32,
     max: u32,
-    /// BH-safe: the receive path looks QPs up in softirq.
+    /// IRQ-safe: the receive path looks QPs up in softirq, and kernel consumers create and
+    /// destroy address handles with interrupts off (ib_cm, under its own spinlock_irqsave).
     #[pin]
-    inner: SpinLockBh<Slots<T>>,
+    inner: SpinLockIrq<Slots<T>>,
 }
 
 impl<T> IndexTable<T> {
@@ -97,7 +99,7 @@ impl<T> IndexTable<T> {
         pin_init!(Self {
             first,
             max,
-            inner <- new_spinlock_bh!(slots, "rxe_rs_table"),
+            inner <- new_spinlock_irq!(slots, "rxe_rs_table"),
         })
     }
 
@@ -106,10 +108,21 @@ impl<T> IndexTable<T> {
         self.insert_with(|_| Ok(object))
     }
 
+    /// [`Self::insert`] in atomic context: a chunk the table may need is allocated with
+    /// `GFP_ATOMIC`.
+    pub(crate) fn insert_atomic(&self, object: Arc<T>) -> Result<u32> {
+        let slot = self.reserve(GFP_ATOMIC)?;
+        let index = self.first.checked_add(slot).ok_or(ENOMEM)?;
+        if let Some(entry) = self.inner.lock().slot_mut(slot) {
+            *entry = Slot::Used(object);
+        }
+        Ok(index)
+    }
+
     /// Stores the object `make` builds for a free index; the index is reserved (lookups find
     /// nothing) while `make` runs, which may sleep. Returns the index. Process context.
     pub(crate) fn insert_with(&self, make: impl FnOnce(u32) -> Result<Arc<T>>) -> Result<u32> {
-        let slot = self.reserve()?;
+        let slot = self.reserve(GFP_KERNEL)?;
         let index = self.first.checked_add(slot).ok_or(ENOMEM)?;
         match make(index) {
             Ok(object) => {
@@ -127,7 +140,7 @@ impl<T> IndexTable<T> {
 
     /// Reserves a slot: the oldest free one, or a new one (allocating a chunk, outside the
     /// lock, when the table is full up to its capacity).
-    fn reserve(&self) -> Result<u32> {
+    fn reserve(&self, gfp: Flags) -> Result<u32> {
         loop {
             {
                 let mut t = self.inner.lock();
@@ -147,10 +160,10 @@ impl<T> IndexTable<T> {
                 }
             }
             // Not charged to the caller: the chunk lives as long as the device.
-            let mut chunk = KVec::with_capacity(CHUNK, GFP_KERNEL)?;
+            let mut chunk = KVec::with_capacity(CHUNK, gfp)?;
             for _ in 0..CHUNK {
                 // Within the capacity just allocated: cannot fail.
-                chunk.push(Slot::Free(NONE), GFP_KERNEL)?;
+                chunk.push(Slot::Free(NONE), gfp)?;
             }
             let mut t = self.inner.lock();
             // Another insert may have added one meanwhile: then ours is dropped (after the lock).

@@ -101,6 +101,19 @@ void rxe_rs_helper_spin_unlock_bh(spinlock_t *lock)
 	spin_unlock_bh(lock);
 }
 
+unsigned long rxe_rs_helper_spin_lock_irqsave(spinlock_t *lock)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(lock, flags);
+	return flags;
+}
+
+void rxe_rs_helper_spin_unlock_irqrestore(spinlock_t *lock, unsigned long flags)
+{
+	spin_unlock_irqrestore(lock, flags);
+}
+
 /* Serialises newlink: "is this netdev or name taken?" and the registration are one step. */
 static DEFINE_MUTEX(rxe_rs_link_lock);
 
@@ -158,6 +171,15 @@ size_t rxe_rs_helper_umem_pages(struct ib_umem *umem, struct page **pages, size_
 }
 
 /* Copies len bytes between buf and page at offset (within one page). */
+/* The page of kernel virtual address `addr` (an SGE of a DMA MR: ib_virt_dma_to_page), or NULL
+ * if it is not in the linear map (vmalloc, user or bogus addresses). */
+struct page *rxe_rs_helper_kva_page(u64 addr)
+{
+	if (!virt_addr_valid((void *)(uintptr_t)addr))
+		return NULL;
+	return ib_virt_dma_to_page(addr);
+}
+
 void rxe_rs_helper_page_copy(struct page *page, size_t offset, void *buf, size_t len, bool to_page)
 {
 	void *va = kmap_local_page(page);

@@ -54,6 +54,8 @@ bool rxe_rs_helper_ib_device_try_get(struct ib_device *dev);
 
 void rxe_rs_helper_spin_lock_bh(spinlock_t *lock);
 void rxe_rs_helper_spin_unlock_bh(spinlock_t *lock);
+unsigned long rxe_rs_helper_spin_lock_irqsave(spinlock_t *lock);
+void rxe_rs_helper_spin_unlock_irqrestore(spinlock_t *lock, unsigned long flags);
 
 void rxe_rs_helper_link_lock(void);
 void rxe_rs_helper_link_unlock(void);
@@ -71,6 +73,7 @@ struct ib_ucontext *rxe_rs_helper_udata_to_ucontext(struct ib_udata *udata);
 struct ib_udata *rxe_rs_helper_bundle_udata(struct uverbs_attr_bundle *attrs);
 
 size_t rxe_rs_helper_umem_pages(struct ib_umem *umem, struct page **pages, size_t max);
+struct page *rxe_rs_helper_kva_page(u64 addr);
 void rxe_rs_helper_page_copy(struct page *page, size_t offset, void *buf, size_t len, bool to_page);
 
 #endif

@@ -195,12 +195,53 @@ pub(crate) enum RingIndex {
     Flags,
 }
 
-/// A ring in a [`UserBuffer`] shared with user space.
+/// A zeroed, page-aligned buffer only the kernel sees: the rings of kernel consumers' QPs and
+/// CQs, in the same layout as the ones user space maps.
+///
+/// # Invariants
+///
+/// `base` is a vmalloc allocation (of the ring's mapped size) owned by this value.
+struct KernelBuffer {
+    base: NonNull<u8>,
+}
+
+impl KernelBuffer {
+    fn new(len: usize) -> Result<Self> {
+        // SAFETY: plain allocation of zeroed memory.
+        let buf = unsafe { bindings::rxe_rs_helper_vzalloc_account(len as _) };
+        let base = NonNull::new(buf.cast::<u8>()).ok_or(ENOMEM)?;
+        // INVARIANT: a fresh allocation, ours.
+        Ok(Self { base })
+    }
+}
+
+impl Drop for KernelBuffer {
+    fn drop(&mut self) {
+        // SAFETY: ours (type invariant), not used after this.
+        unsafe { bindings::vfree(self.base.as_ptr().cast()) };
+    }
+}
+
+// SAFETY: plain memory; shared access goes through `SharedRing`.
+unsafe impl Send for KernelBuffer {}
+// SAFETY: as above.
+unsafe impl Sync for KernelBuffer {}
+
+/// Where a ring lives.
+enum RingMemory {
+    /// Mappable by a process, which may write anything into it at any time.
+    User(UserBuffer),
+    /// Kernel memory, for kernel consumers.
+    Kernel(KernelBuffer),
+}
+
+/// A ring in a [`UserBuffer`] shared with user space, or in kernel memory for a kernel
+/// consumer (written by the driver's own verbs, the same way).
 ///
 /// The process can write anything at any time into the whole buffer, so the kernel only ever
 /// copies slots in and out (never hands out references into it) and validates what it copies.
 pub(crate) struct SharedRing {
-    buf: UserBuffer,
+    mem: RingMemory,
     geometry: RingGeometry,
 }
 
@@ -208,7 +249,19 @@ impl SharedRing {
     /// A ring of `geometry` in a new buffer mappable by `ctx`'s process.
     pub(crate) fn new(ctx: &UContext<'_>, geometry: RingGeometry) -> Result<Self> {
         let buf = UserBuffer::new(ctx, geometry.mapped_bytes(kernel::page::PAGE_SIZE))?;
-        Ok(Self { buf, geometry })
+        Ok(Self {
+            mem: RingMemory::User(buf),
+            geometry,
+        })
+    }
+
+    /// A ring of `geometry` in kernel memory, for a kernel consumer's QP or CQ.
+    pub(crate) fn new_kernel(geometry: RingGeometry) -> Result<Self> {
+        let buf = KernelBuffer::new(geometry.mapped_bytes(kernel::page::PAGE_SIZE))?;
+        Ok(Self {
+            mem: RingMemory::Kernel(buf),
+            geometry,
+        })
     }
 
     /// Its shape.
@@ -216,9 +269,19 @@ impl SharedRing {
         self.geometry
     }
 
-    /// The buffer, for its mmap offset and size.
-    pub(crate) fn buffer(&self) -> &UserBuffer {
-        &self.buf
+    /// Where user space maps it: its mmap offset and size (`None` for a kernel ring).
+    pub(crate) fn mmap_info(&self) -> Option<(u64, u64)> {
+        match &self.mem {
+            RingMemory::User(buf) => Some((buf.mmap_offset(), buf.len() as u64)),
+            RingMemory::Kernel(_) => None,
+        }
+    }
+
+    fn base(&self) -> NonNull<u8> {
+        match &self.mem {
+            RingMemory::User(buf) => buf.base,
+            RingMemory::Kernel(buf) => buf.base,
+        }
     }
 
     fn index_ref(&self, which: RingIndex) -> &AtomicU32 {
@@ -229,7 +292,7 @@ impl SharedRing {
         };
         // SAFETY: the offsets are 4-byte aligned and inside the buffer (it has at least one
         // page); an `AtomicU32` may alias memory another agent accesses atomically.
-        unsafe { &*self.buf.base.as_ptr().add(offset).cast::<AtomicU32>() }
+        unsafe { &*self.base().as_ptr().add(offset).cast::<AtomicU32>() }
     }
 
     /// Reads the other side's index (acquire: its slot writes are visible afterwards).
@@ -252,8 +315,7 @@ impl SharedRing {
         // SAFETY: `slot_offset` is within the buffer for any index, and `offset + len` within
         // the slot (checked above).
         Ok(unsafe {
-            self.buf
-                .base
+            self.base()
                 .as_ptr()
                 .add(self.geometry.slot_offset(index) + offset)
         })
@@ -277,7 +339,20 @@ impl SharedRing {
 
     /// Copies `value` into slot `index`.
     pub(crate) fn write<T: AsBytes>(&self, index: u32, value: &T) -> Result {
-        let dst = self.slot_ptr(index, 0, core::mem::size_of::<T>())?;
+        self.write_at(index, 0, value)
+    }
+
+    /// Copies `data` to `offset` of slot `index`.
+    pub(crate) fn write_bytes(&self, index: u32, offset: usize, data: &[u8]) -> Result {
+        let dst = self.slot_ptr(index, offset, data.len())?;
+        // SAFETY: in bounds (checked); plain bytes.
+        unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+        Ok(())
+    }
+
+    /// Copies `value` to `offset` of slot `index`.
+    pub(crate) fn write_at<T: AsBytes>(&self, index: u32, offset: usize, value: &T) -> Result {
+        let dst = self.slot_ptr(index, offset, core::mem::size_of::<T>())?;
         // SAFETY: in bounds; `T: AsBytes` is plain initialised bytes.
         unsafe {
             core::ptr::copy_nonoverlapping(

@@ -11,6 +11,7 @@ mod bindings;
 pub(crate) mod crc;
 pub(crate) mod errno;
 pub(crate) mod ib;
+pub(crate) mod kmem;
 pub(crate) mod link;
 pub(crate) mod lock;
 pub(crate) mod mmap;

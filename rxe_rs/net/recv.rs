@@ -7,7 +7,7 @@ use crate::{
     kext::{
         crc::KernelCrc32,
         errno::eaddrinuse,
-        ib::{Device, DeviceRef, QpType},
+        ib::{Device, DeviceRef},
         netdev::NetDevice,
         skb::SkBuff,
         udp_tunnel::{EncapReceiver, UdpTunnel},
@@ -51,7 +51,7 @@ impl EncapReceiver for Receiver {
                 Err(DropReason::BadIcrc) => Counter::RcvdIcrcErr,
                 Ok(d) => match dev.lookup_qp(d.bth.dest_qp) {
                     None => Counter::RcvdUnknownQp,
-                    Some(qp) if qp.qp_type == QpType::Ud => datagram::receive(&qp, &d),
+                    Some(qp) if qp.qp_type.is_datagram() => datagram::receive(&qp, &d),
                     Some(qp) if d.info.is_request => responder::handle_request(&qp, &d),
                     Some(qp) => completer::handle_response(&qp, &d),
                 },

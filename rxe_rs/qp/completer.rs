@@ -5,7 +5,7 @@
 
 use crate::{
     counters::Counter,
-    kext::ib::QpState,
+    kext::ib::{NetworkType, QpState},
     kext::mmap::RingIndex,
     proto::{
         completer::{on_aeth, unacknowledged_from, AckOutcome, AfterAck, RemoteError},
@@ -19,7 +19,7 @@ use crate::{
     qp::responder::check_admitted,
     qp::{QpInner, QpLocked},
     uapi::{send_flags, Cqe, WcStatus},
-    verbs::cq::RxeCq,
+    verbs::cq::{CqeSource, RxeCq},
     verbs::sgl,
 };
 
@@ -58,6 +58,9 @@ pub(crate) fn retire(qp: &QpInner, req: &mut Requester, status: WcStatus) {
     if w.is_read {
         req.reads.received_before(w.last_psn().add(1)); // flushed: nothing more is asked for
     }
+    // The slot is free before its completion is seen: a consumer that posts again as soon as it
+    // polls (ib_mad keeps QP1's SQ full) must find room.
+    qp.sq.store(RingIndex::Consumer, req.q.consumer);
     if status != WcStatus::Success || qp.sq_sig_all || wqe.flags & send_flags::SIGNALED != 0 {
         let cqe = Cqe {
             wr_id: wqe.wr_id,
@@ -68,11 +71,14 @@ pub(crate) fn retire(qp: &QpInner, req: &mut Requester, status: WcStatus) {
             ..Default::default()
         };
         // A full CQ raises IB_EVENT_CQ_ERR inside `post`; the QP then enters the error state.
-        if RxeCq::post(qp.peers.send.get(), &cqe, false).is_err() {
+        let source = CqeSource {
+            qp: qp.peers.qp.for_completion(),
+            network: NetworkType::None,
+        };
+        if RxeCq::post(qp.peers.send.get(), &cqe, false, source).is_err() {
             qp.completion_lost();
         }
     }
-    qp.sq.store(RingIndex::Consumer, req.q.consumer);
 }
 
 /// Arms the retransmission timer if packets are outstanding (and `timeout` is not infinite).

@@ -7,7 +7,7 @@
 
 use crate::{
     counters::Counter,
-    kext::ib::QpState,
+    kext::ib::{NetworkType, QpState},
     limits,
     net::transmit::{Transmitter, TxError},
     proto::{
@@ -183,6 +183,11 @@ fn receive_locked(qp: &QpInner, s: &mut QpLocked, d: &Datagram<'_>) -> Counter {
         d.bth.solicited,
         Some(DatagramSource {
             src_qp: deth.src_qp,
+            network: if d.ip_header.len() == 20 {
+                NetworkType::Ipv4
+            } else {
+                NetworkType::Ipv6
+            },
         }),
     );
     Counter::RcvdPkts

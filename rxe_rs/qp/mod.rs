@@ -13,13 +13,14 @@ use crate::{
     counters::Counter,
     kext::{
         ib::{Access, CqRef, QpAttrMask, QpCap, QpEvent, QpRef, QpState, QpType},
-        lock::{new_spinlock_bh, SpinLockBh},
+        kmem,
+        lock::{new_spinlock_bh, new_spinlock_irq, SpinLockBh, SpinLockIrq},
         timer::{Timer, TimerOwner},
         work,
     },
     proto::wire::qp_source_port,
     resources::Resources,
-    uapi::{WcStatus, RING_FLAG_FLUSH},
+    uapi::{send_flags, send_opcode, RecvWqe, SendWqe, Sge, WcStatus, RING_FLAG_FLUSH},
     verbs::{cq::RxeCq, mr::PdId},
 };
 use crate::{
@@ -99,6 +100,8 @@ pub(crate) struct QpPeers {
 /// finds it by number in the device's QP table.
 pub(crate) struct RxeQp {
     pub(crate) inner: Arc<QpInner>,
+    /// Its index in the device's QP table (none for QP1, which is kept apart).
+    pub(crate) index: Option<u32>,
 }
 
 /// The state of a queue pair.
@@ -110,6 +113,16 @@ pub(crate) struct QpInner {
     /// Sends the READ responses the responder owes (see `schedule_read_replies`).
     #[pin]
     read_work: Work<QpInner>,
+    /// Acts on what a kernel consumer posted (see [`QpInner::kick`]).
+    #[pin]
+    doorbell_work: Work<QpInner, 1>,
+    /// A kernel consumer's producer index of the SQ; IRQ-safe: ib_mad posts with interrupts
+    /// off. (A process's QP has its producer index in the mapped ring instead.)
+    #[pin]
+    sq_post: SpinLockIrq<u32>,
+    /// The same for the RQ.
+    #[pin]
+    rq_post: SpinLockIrq<u32>,
     /// UDP source port of its packets.
     pub(crate) sport: u16,
     /// Its number.
@@ -168,7 +181,6 @@ impl QpInner {
         if init.send_cq.is_null() || init.recv_cq.is_null() {
             return Err(EINVAL);
         }
-        let ctx = udata.ucontext().ok_or_else(eopnotsupp)?;
         clamp_caps(&mut init.cap)?;
         let sq_geometry = RingGeometry::for_entries(
             init.cap.max_send_wr,
@@ -179,22 +191,35 @@ impl QpInner {
         // Report what the rings really hold (free-running indices: every slot is usable).
         init.cap.max_send_wr = sq_geometry.slots();
         init.cap.max_recv_wr = rq_geometry.slots();
-        let sq = SharedRing::new(&ctx, sq_geometry)?;
-        let rq = SharedRing::new(&ctx, rq_geometry)?;
-        udata.write(&CreateQpResp {
-            sq: MmapInfo {
-                offset: sq.buffer().mmap_offset(),
-                size: sq.buffer().len() as u64,
-            },
-            rq: MmapInfo {
-                offset: rq.buffer().mmap_offset(),
-                size: rq.buffer().len() as u64,
-            },
-            sq_log2_slots: sq_geometry.log2_slots,
-            sq_slot_size: sq_geometry.slot_size,
-            rq_log2_slots: rq_geometry.log2_slots,
-            rq_slot_size: rq_geometry.slot_size,
-        })?;
+        let (sq, rq) = match udata.ucontext() {
+            Some(ctx) => {
+                let sq = SharedRing::new(&ctx, sq_geometry)?;
+                let rq = SharedRing::new(&ctx, rq_geometry)?;
+                let (Some(sq_map), Some(rq_map)) = (sq.mmap_info(), rq.mmap_info()) else {
+                    return Err(EINVAL);
+                };
+                udata.write(&CreateQpResp {
+                    sq: MmapInfo {
+                        offset: sq_map.0,
+                        size: sq_map.1,
+                    },
+                    rq: MmapInfo {
+                        offset: rq_map.0,
+                        size: rq_map.1,
+                    },
+                    sq_log2_slots: sq_geometry.log2_slots,
+                    sq_slot_size: sq_geometry.slot_size,
+                    rq_log2_slots: rq_geometry.log2_slots,
+                    rq_slot_size: rq_geometry.slot_size,
+                })?;
+                (sq, rq)
+            }
+            // A kernel consumer: the same rings in kernel memory, written by `post_kernel_*`.
+            None => (
+                SharedRing::new_kernel(sq_geometry)?,
+                SharedRing::new_kernel(rq_geometry)?,
+            ),
+        };
         let attrs = QpAttrs {
             state: QpState::Reset,
             path_mtu: IbMtu::Mtu1024,
@@ -229,6 +254,9 @@ impl QpInner {
         Ok(try_pin_init!(Self {
             timer <- Timer::new(),
             read_work <- new_work!("QpInner::read_work"),
+            doorbell_work <- new_work!("QpInner::doorbell_work"),
+            sq_post <- new_spinlock_irq!(0, "rxe_rs_qp_sq_post"),
+            rq_post <- new_spinlock_irq!(0, "rxe_rs_qp_rq_post"),
             sport: qp_source_port(qpn),
             qpn,
             qp_type,
@@ -294,7 +322,7 @@ impl QpInner {
             return Err(EINVAL);
         }
         // A controlled Q_Key (bit 31) from a user QP was refused by the core already, unless the
-        // process may use one (CAP_NET_RAW or the privileged Q_Key mode).
+        // process has CAP_NET_RAW or the privileged Q_Key mode is on.
         if m.contains(QpAttrMask::QKEY) {
             new.qkey = attr.qkey;
         }
@@ -367,6 +395,8 @@ impl QpInner {
         if next == QpState::Rts && cur == QpState::Rtr {
             s.req.start(new.sq_psn);
             s.comp.start(new.retry_cnt, new.rnr_retry);
+            // What a kernel consumer posted before RTS goes now.
+            self.run_requester(s);
         }
         if next == QpState::Sqd && cur == QpState::Rts {
             // No new message starts; those in flight finish (then the event).
@@ -388,6 +418,16 @@ impl QpInner {
             self.sq.store(RingIndex::Consumer, 0);
             self.rq.store(RingIndex::Consumer, 0);
             self.rq.store(RingIndex::Flags, 0);
+            if self.is_kernel() {
+                // Under each producer lock, so that no post slips in between.
+                let mut sq = self.sq_post.lock();
+                *sq = 0;
+                self.sq.store(RingIndex::Producer, 0);
+                drop(sq);
+                let mut rq = self.rq_post.lock();
+                *rq = 0;
+                self.rq.store(RingIndex::Producer, 0);
+            }
         }
         if next == QpState::Err && cur != QpState::Err {
             self.enter_error(s);
@@ -517,7 +557,7 @@ impl QpInner {
     pub(crate) fn run_requester(&self, s: &mut QpLocked) {
         let end = match self.qp_type {
             QpType::Rc => requester::run(self, s),
-            QpType::Ud => datagram::send(self, s),
+            QpType::Ud | QpType::Gsi => datagram::send(self, s),
         };
         match end {
             RunEnd::Idle => {}
@@ -608,6 +648,143 @@ impl QpInner {
         // The work item is only queued under the lock outside RESET: this waits for the last
         // time it was, and it finds RESET and leaves.
         work::flush(&self.read_work);
+        // A kernel consumer posts nothing more once it destroys the QP; the last doorbell runs
+        // in RESET and does nothing.
+        work::flush(&self.doorbell_work);
+    }
+
+    /// A kernel consumer's QP (rings in kernel memory, posted through `post_kernel_*`).
+    pub(crate) fn is_kernel(&self) -> bool {
+        self.sq.mmap_info().is_none()
+    }
+
+    /// Posts a kernel consumer's send WQE `wqe` with the SGE list `sges` (or, with the INLINE
+    /// flag, the bytes those SGEs name, copied now). Interrupts may be off: only the SQ's
+    /// producer lock is taken; [`Self::kick`] has the QP act on it.
+    pub(crate) fn post_kernel_send(
+        &self,
+        mut wqe: SendWqe,
+        sges: impl Iterator<Item = Sge>,
+        num_sge: usize,
+    ) -> Result {
+        let supported = match self.qp_type {
+            QpType::Rc => matches!(
+                wqe.opcode,
+                send_opcode::SEND
+                    | send_opcode::SEND_WITH_IMM
+                    | send_opcode::RDMA_WRITE
+                    | send_opcode::RDMA_WRITE_WITH_IMM
+                    | send_opcode::RDMA_READ
+            ),
+            QpType::Ud | QpType::Gsi => {
+                matches!(wqe.opcode, send_opcode::SEND | send_opcode::SEND_WITH_IMM)
+            }
+        };
+        if !supported || num_sge > self.caps.max_send_sge as usize {
+            return Err(EINVAL);
+        }
+        let mut producer = self.sq_post.lock();
+        let index = *producer;
+        let consumer = self.sq.load(RingIndex::Consumer);
+        if index.wrapping_sub(consumer) >= self.sq.geometry().slots() {
+            return Err(ENOMEM);
+        }
+        let header = core::mem::size_of::<SendWqe>();
+        if wqe.flags & send_flags::INLINE != 0 {
+            // Copied from the kernel memory the SGEs name, at most `max_inline_data` bytes.
+            let mut data = [0u8; limits::MAX_INLINE_DATA as usize];
+            let mut len = 0usize;
+            for sge in sges {
+                let end = len
+                    .checked_add(sge.length as usize)
+                    .filter(|&end| end <= self.caps.max_inline_data as usize)
+                    .ok_or(EINVAL)?;
+                kmem::read(sge.addr, &mut data[len..end]).map_err(|()| EINVAL)?;
+                len = end;
+            }
+            self.sq.write_bytes(index, header, &data[..len])?;
+            wqe.num_sge = 0;
+            wqe.inline_len = len as u32;
+        } else {
+            let mut n = 0u32;
+            for (i, sge) in sges.enumerate() {
+                self.sq
+                    .write_at(index, header + i * core::mem::size_of::<Sge>(), &sge)?;
+                n += 1;
+            }
+            wqe.num_sge = n;
+            wqe.inline_len = 0;
+        }
+        self.sq.write(index, &wqe)?;
+        *producer = index.wrapping_add(1);
+        self.sq.store(RingIndex::Producer, *producer);
+        Ok(())
+    }
+
+    /// Posts a kernel consumer's receive WQE for `wr_id` with the SGE list `sges` (same
+    /// context rules as [`Self::post_kernel_send`]).
+    pub(crate) fn post_kernel_recv(
+        &self,
+        wr_id: u64,
+        sges: impl Iterator<Item = Sge>,
+        num_sge: usize,
+    ) -> Result {
+        if num_sge > self.caps.max_recv_sge as usize {
+            return Err(EINVAL);
+        }
+        let mut producer = self.rq_post.lock();
+        let index = *producer;
+        let consumer = self.rq.load(RingIndex::Consumer);
+        if index.wrapping_sub(consumer) >= self.rq.geometry().slots() {
+            return Err(ENOMEM);
+        }
+        let header = core::mem::size_of::<RecvWqe>();
+        let mut n = 0u32;
+        for (i, sge) in sges.enumerate() {
+            self.rq
+                .write_at(index, header + i * core::mem::size_of::<Sge>(), &sge)?;
+            n += 1;
+        }
+        self.rq.write(
+            index,
+            &RecvWqe {
+                wr_id,
+                num_sge: n,
+                reserved: 0,
+            },
+        )?;
+        *producer = index.wrapping_add(1);
+        self.rq.store(RingIndex::Producer, *producer);
+        Ok(())
+    }
+
+    /// After a kernel consumer posted: the QP acts on it from a work item, where its BH-safe
+    /// lock may be taken (the poster may have interrupts off). Receives need it only in the
+    /// error state (to be flushed); the responder finds them in the ring otherwise.
+    pub(crate) fn kick(self: &Arc<Self>, send: bool) {
+        // The producer index was published before the flag is read (full fence), as
+        // `enter_error` sets the flag before it reads the producer: a receive is either
+        // flushed there or seen here.
+        fence(Ordering::SeqCst);
+        if !send && self.rq.load(RingIndex::Flags) & RING_FLAG_FLUSH == 0 {
+            return;
+        }
+        // Already queued: that run sees these too.
+        let _ = workqueue::system().enqueue::<Arc<QpInner>, 1>(self.clone());
+    }
+
+    /// The doorbell work: sends what was posted, or flushes it in the error state.
+    fn ring_doorbell(&self) {
+        let mut s = self.state.lock();
+        match s.attrs.state {
+            QpState::Rts | QpState::Sqd => self.run_requester(&mut s),
+            QpState::Err => {
+                self.flush_sq(&mut s);
+                responder::flush_rq(self, &mut s);
+            }
+            _ => {}
+        }
+        self.settle(&mut s);
     }
 }
 
@@ -616,7 +793,7 @@ impl QpInner {
 pub(crate) fn schedule_read_replies(qp: &Arc<QpInner>) {
     // Unbound: a large READ keeps it busy for a while, and any CPU may do that. Already
     // queued: that run sends these too.
-    let _ = workqueue::system_unbound().enqueue(qp.clone());
+    let _ = workqueue::system_unbound().enqueue::<Arc<QpInner>, 0>(qp.clone());
 }
 
 impl_has_work! {
@@ -628,6 +805,18 @@ impl WorkItem for QpInner {
 
     fn run(this: Arc<QpInner>) {
         responder::send_read_replies(&this);
+    }
+}
+
+impl_has_work! {
+    impl HasWork<Self, 1> for QpInner { self.doorbell_work }
+}
+
+impl WorkItem<1> for QpInner {
+    type Pointer = Arc<QpInner>;
+
+    fn run(this: Arc<QpInner>) {
+        this.ring_doorbell();
     }
 }
 

@@ -13,7 +13,7 @@ use kernel::{prelude::*, sync::Arc};
 
 use crate::{
     counters::Counter,
-    kext::ib::QpState,
+    kext::ib::{NetworkType, QpState},
     kext::{ib::Access, mmap::RingIndex},
     limits,
     net::transmit::{Transmitter, TxError},
@@ -31,7 +31,7 @@ use crate::{
     },
     qp::{self, QpInner, QpLocked},
     uapi::{wc_flags, wc_opcode, Cqe, RecvWqe, Sge, WcStatus},
-    verbs::cq::RxeCq,
+    verbs::cq::{CqeSource, RxeCq},
     verbs::sgl,
 };
 
@@ -219,6 +219,8 @@ pub(super) fn scatter(
 #[derive(Clone, Copy)]
 pub(super) struct DatagramSource {
     pub(super) src_qp: u32,
+    /// The GRH's IP version.
+    pub(super) network: NetworkType,
 }
 
 /// Posts the receive completion of the WQE in `s.resp.recv` and retires it.
@@ -268,7 +270,11 @@ pub(super) fn complete_recv_from(
         ..Default::default()
     };
     // A full CQ raises IB_EVENT_CQ_ERR inside `post`; the QP then enters the error state.
-    if RxeCq::post(qp.peers.recv.get(), &cqe, solicited).is_err() {
+    let source = CqeSource {
+        qp: qp.peers.qp.for_completion(),
+        network: source.map_or(NetworkType::None, |from| from.network),
+    };
+    if RxeCq::post(qp.peers.recv.get(), &cqe, solicited, source).is_err() {
         qp.completion_lost();
     }
 }

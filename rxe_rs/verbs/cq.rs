@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
-//! Completion queues: a ring the kernel produces into and the process polls without a syscall.
+//! Completion queues: a ring the kernel produces into and the process polls without a syscall;
+//! for a kernel consumer, a ring in kernel memory that `poll_cq` reads.
 
 use crate::kext::lock::{new_spinlock_bh, SpinLockBh};
 use crate::{
     kext::{
         errno::eopnotsupp,
-        ib::{cq_notify, CqOf},
+        ib::{cq_notify, CqOf, KernelCqe, KernelWcArray, NetworkType},
         mmap::{RingIndex, SharedRing},
         object::Udata,
     },
@@ -27,9 +28,20 @@ struct Producer {
     overflowed: bool,
 }
 
+/// Where a completion comes from, for a kernel consumer's `ib_wc`.
+#[derive(Clone, Copy)]
+pub(crate) struct CqeSource {
+    /// The QP (`QpRef::for_completion`).
+    pub(crate) qp: u64,
+    /// A datagram's IP version (its GRH), or none.
+    pub(crate) network: NetworkType,
+}
+
 /// A completion queue.
 #[pin_data]
 pub(crate) struct RxeCq {
+    /// A kernel consumer's: its ring holds [`KernelCqe`]s, polled through `poll_cq`.
+    kernel: bool,
     /// BH-safe: the receive softirq posts completions.
     #[pin]
     producer: SpinLockBh<Producer>,
@@ -39,9 +51,21 @@ impl RxeCq {
     /// A CQ for at least `cqe` completions, described to user space through `udata`.
     /// Returns its initialiser and its real capacity.
     pub(crate) fn new(cqe: u32, udata: &Udata<'_>) -> Result<(impl PinInit<Self, Error>, u32)> {
-        let ring = new_ring(cqe, udata)?;
+        let kernel = udata.ucontext().is_none();
+        let ring = if kernel {
+            if cqe == 0 || cqe > limits::MAX_CQE {
+                return Err(EINVAL);
+            }
+            SharedRing::new_kernel(RingGeometry::for_entries(
+                cqe,
+                core::mem::size_of::<KernelCqe>(),
+            ))?
+        } else {
+            new_ring(cqe, udata)?
+        };
         let capacity = ring.geometry().slots();
         let init = try_pin_init!(Self {
+            kernel,
             producer <- new_spinlock_bh!(Producer { ring, index: 0, armed: 0, overflowed: false }, "rxe_rs_cq"),
         });
         Ok((init, capacity))
@@ -51,6 +75,9 @@ impl RxeCq {
     /// through `udata`; completions not yet polled move along, in order. Returns the new
     /// capacity. EINVAL if more completions are waiting than the new ring holds.
     pub(crate) fn resize(&self, cqe: u32, udata: &Udata<'_>) -> Result<u32> {
+        if self.kernel {
+            return Err(eopnotsupp());
+        }
         let mut ring = new_ring(cqe, udata)?;
         let geometry = ring.geometry();
         // `ring` is declared before the guard, so on every path the lock is released before
@@ -80,7 +107,7 @@ impl RxeCq {
     /// Posts a completion and wakes the consumer if it asked to be. A full ring (or one whose
     /// consumer index the process corrupted) fails with EBUSY and raises `IB_EVENT_CQ_ERR`,
     /// once until a completion fits again.
-    pub(crate) fn post(cq: &CqOf<RxeCq>, cqe: &Cqe, solicited: bool) -> Result {
+    pub(crate) fn post(cq: &CqOf<RxeCq>, cqe: &Cqe, solicited: bool, source: CqeSource) -> Result {
         let wake = {
             let mut p = cq.producer.lock();
             let geometry = p.ring.geometry();
@@ -97,7 +124,17 @@ impl RxeCq {
                 }
             }
             p.overflowed = false;
-            p.ring.write(p.index, cqe)?;
+            if cq.kernel {
+                let kcqe = KernelCqe {
+                    cqe: *cqe,
+                    qp: source.qp,
+                    network: source.network as u8,
+                    reserved: [0; 7],
+                };
+                p.ring.write(p.index, &kcqe)?;
+            } else {
+                p.ring.write(p.index, cqe)?;
+            }
             p.index = p.index.wrapping_add(1);
             p.ring.store(RingIndex::Producer, p.index);
             let wake =
@@ -111,6 +148,27 @@ impl RxeCq {
             cq.call_comp_handler();
         }
         Ok(())
+    }
+
+    /// A kernel consumer polls: fills `out` with the oldest completions; returns how many.
+    pub(crate) fn poll(&self, out: &mut KernelWcArray) -> usize {
+        if !self.kernel {
+            return 0;
+        }
+        let p = self.producer.lock();
+        let mut consumer = p.ring.load(RingIndex::Consumer);
+        let mut n = 0;
+        while n < out.len() && consumer != p.index {
+            // Our own kernel memory: a read cannot fail but for a bug; stop there if it does.
+            let Ok(kcqe) = p.ring.read::<KernelCqe>(consumer, 0) else {
+                break;
+            };
+            out.set(n, &kcqe);
+            consumer = consumer.wrapping_add(1);
+            n += 1;
+        }
+        p.ring.store(RingIndex::Consumer, consumer);
+        n
     }
 
     /// Arms the CQ; with `REPORT_MISSED_EVENTS`, returns 1 if completions are already waiting.
@@ -132,15 +190,12 @@ fn new_ring(cqe: u32, udata: &Udata<'_>) -> Result<SharedRing> {
     if cqe == 0 || cqe > limits::MAX_CQE {
         return Err(EINVAL);
     }
-    // Kernel consumers (kernel verbs) are not supported yet.
-    let ctx = udata.ucontext().ok_or_else(eopnotsupp)?;
+    let ctx = udata.ucontext().ok_or(EINVAL)?;
     let geometry = RingGeometry::for_entries(cqe, core::mem::size_of::<Cqe>());
     let ring = SharedRing::new(&ctx, geometry)?;
+    let (offset, size) = ring.mmap_info().ok_or(EINVAL)?;
     udata.write(&CreateCqResp {
-        ring: MmapInfo {
-            offset: ring.buffer().mmap_offset(),
-            size: ring.buffer().len() as u64,
-        },
+        ring: MmapInfo { offset, size },
         log2_slots: geometry.log2_slots,
         slot_size: geometry.slot_size,
     })?;

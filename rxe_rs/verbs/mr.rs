@@ -3,7 +3,7 @@
 //! address range and access rights that every local and remote access is checked against.
 
 use crate::{
-    kext::{ib::Access, umem::PinnedUserMemory},
+    kext::{ib::Access, kmem, umem::PinnedUserMemory},
     uapi::WcStatus,
 };
 use kernel::prelude::*;
@@ -75,8 +75,7 @@ impl MrInner {
             Backing::User(memory) => memory
                 .read(offset, out)
                 .map_err(|_| AccessError::OutOfBounds),
-            // Kernel users of DMA MRs need kernel verbs, which we do not offer yet.
-            Backing::Dma => Err(AccessError::Denied),
+            Backing::Dma => kmem::read(addr, out).map_err(|()| AccessError::OutOfBounds),
         }
     }
 
@@ -93,7 +92,7 @@ impl MrInner {
             Backing::User(memory) => memory
                 .write(offset, data)
                 .map_err(|_| AccessError::OutOfBounds),
-            Backing::Dma => Err(AccessError::Denied),
+            Backing::Dma => kmem::write(addr, data).map_err(|()| AccessError::OutOfBounds),
         }
     }
 

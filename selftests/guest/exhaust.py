@@ -12,6 +12,7 @@ import ctypes
 import errno
 import os
 import select
+import subprocess
 import sys
 import time
 
@@ -62,17 +63,25 @@ def until_refused(make, limit):
     return made, 0
 
 
+def kernel_owned(ctx, what):
+    """How many of the device's objects of kind `what` (pd, mr, cq) the kernel holds: ib_mad's
+    PD, DMA MR and CQ count against the device's limits too (as with rdma_rxe)."""
+    out = subprocess.run(["rdma", "resource", "show", what], capture_output=True, text=True).stdout
+    return sum(1 for line in out.splitlines() if f"dev {ctx.name} " in line and "comm [" in line)
+
+
 def pds_to_the_limit(ctx):
     """alloc_pd up to max_pd: the next one fails with ENOMEM; all freed, PDs can be had again."""
     v = verbs(ctx)
     limit = ctx.query_device().max_pd
     start = time.time()
     pds, err = until_refused(lambda: v.lib.ibv_alloc_pd(v.ctx), limit)
-    # Verbs() holds one PD of its own.
-    expect(len(pds) + 1 == limit, f"{len(pds) + 1} PDs before a refusal, max_pd is {limit}")
-    expect(err == errno.ENOMEM, f"the PD past max_pd failed with errno {err}, want ENOMEM")
+    # Verbs() holds one PD of its own, the kernel its own.
+    held = len(pds) + 1 + kernel_owned(ctx, "pd")
     for pd in pds:
         expect(v.lib.ibv_dealloc_pd(pd) == 0, "dealloc_pd failed")
+    expect(held == limit, f"{held} PDs (the kernel's included) before a refusal, max_pd is {limit}")
+    expect(err == errno.ENOMEM, f"the PD past max_pd failed with errno {err}, want ENOMEM")
     again, _ = until_refused(lambda: v.lib.ibv_alloc_pd(v.ctx), 15)
     expect(len(again) == 16, "PDs cannot be had again after freeing them")
     for pd in again:
@@ -89,7 +98,9 @@ def mrs_to_the_limit(ctx):
     limit = ctx.query_device().max_mr
     start = time.time()
     mrs, err = until_refused(lambda: v.lib.ibv_reg_mr(v.pd, v.addr, 4096, e.IBV_ACCESS_LOCAL_WRITE), limit)
-    expect(len(mrs) == limit, f"{len(mrs)} MRs before a refusal, max_mr is {limit}")
+    # Each kernel PD has a DMA MR for its local_dma_lkey (the resource tracker does not list it).
+    held = len(mrs) + kernel_owned(ctx, "mr") + kernel_owned(ctx, "pd")
+    expect(held == limit, f"{held} MRs (the kernel's included) before a refusal, max_mr is {limit}")
     expect(err == errno.ENOMEM, f"the MR past max_mr failed with errno {err}, want ENOMEM")
     expect(len({lkey(mr) for mr in mrs}) == len(mrs), "live MRs share keys")
     for mr in mrs:

@@ -435,7 +435,54 @@ def producers_chased_during_flush(ctx):
     others_still_work(ctx)
 
 
-CHECKS = {f.__name__: f for f in [read_remote_addr_wraps, mr_iova_wraps_refused,
+def user_wr_lists_refused(ctx):
+    """A process that builds a WR list itself and hands it to uverbs (ibv_cmd_post_send /
+    ibv_cmd_post_recv, bypassing the provider, which only rings empty doorbells) is refused with
+    EOPNOTSUPP: WR lists are for kernel consumers, whose addresses are kernel addresses. The WR
+    here asks for 256 inline bytes at a kernel address, which must never be copied."""
+    v = Verbs(ctx.name)
+    lib = v.lib
+    for fn, res, args in (("ibv_create_cq", ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                                                              ctypes.c_void_p, ctypes.c_int]),
+                          ("ibv_create_qp", ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_void_p]),
+                          ("ibv_destroy_qp", ctypes.c_int, [ctypes.c_void_p]),
+                          ("ibv_destroy_cq", ctypes.c_int, [ctypes.c_void_p]),
+                          ("ibv_cmd_post_send", ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]),
+                          ("ibv_cmd_post_recv", ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p])):
+        getattr(lib, fn).restype, getattr(lib, fn).argtypes = res, args
+    cq = lib.ibv_create_cq(v.ctx, 16, None, None, 0)
+    expect(cq, "create_cq failed")
+    # struct ibv_qp_init_attr: qp_context, send_cq, recv_cq, srq, cap (5 x u32), qp_type, sq_sig_all
+    attr = (ctypes.c_char * 64)()
+    ctypes.c_void_p.from_buffer(attr, 8).value = cq
+    ctypes.c_void_p.from_buffer(attr, 16).value = cq
+    for i, n in enumerate((4, 4, 1, 1, 256)):
+        ctypes.c_uint32.from_buffer(attr, 32 + 4 * i).value = n
+    ctypes.c_int.from_buffer(attr, 52).value = e.IBV_QPT_RC
+    qp = lib.ibv_create_qp(v.pd, attr)
+    expect(qp, "create_qp failed")
+    try:
+        # One SGE at the start of the kernel's direct map, inline.
+        sge = (ctypes.c_uint64 * 2)(0xffff888000000000, 256 | (0 << 32))
+        wr = (ctypes.c_char * 128)()      # struct ibv_send_wr
+        ctypes.c_void_p.from_buffer(wr, 16).value = ctypes.addressof(sge)
+        ctypes.c_int.from_buffer(wr, 24).value = 1                      # num_sge
+        ctypes.c_int.from_buffer(wr, 28).value = e.IBV_WR_SEND
+        ctypes.c_uint.from_buffer(wr, 32).value = e.IBV_SEND_INLINE | e.IBV_SEND_SIGNALED
+        bad = ctypes.c_void_p()
+        ret = lib.ibv_cmd_post_send(qp, wr, ctypes.byref(bad))
+        expect(ret == errno.EOPNOTSUPP, f"a process's own send WR list: {ret}, want EOPNOTSUPP")
+        rwr = (ctypes.c_char * 32)()      # struct ibv_recv_wr
+        ctypes.c_void_p.from_buffer(rwr, 16).value = ctypes.addressof(sge)
+        ctypes.c_int.from_buffer(rwr, 24).value = 1
+        ret = lib.ibv_cmd_post_recv(qp, rwr, ctypes.byref(bad))
+        expect(ret == errno.EOPNOTSUPP, f"a process's own receive WR list: {ret}, want EOPNOTSUPP")
+    finally:
+        lib.ibv_destroy_qp(qp)
+        lib.ibv_destroy_cq(cq)
+
+
+CHECKS = {f.__name__: f for f in [user_wr_lists_refused, read_remote_addr_wraps, mr_iova_wraps_refused,
                                    sq_producer_backwards, reset_stops_the_timer, full_cq_fails_the_qp,
                                    recv_after_error_is_flushed, qp_numbers_not_sequential, mr_churn,
                                    mmap_wrong_offsets_and_after_destroy, fork_with_mapped_rings,

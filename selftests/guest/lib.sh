@@ -39,6 +39,11 @@ tcp_listening() {
 # helper process that hangs must not hang the test (it would also keep the device open, and
 # `rdma link delete` waits for every user to close it). Returns the process's exit status.
 # An empty PID is a coprocess that already exited (bash unsets NAME_PID then): nothing to do.
+# An rdma_cm listener on PORT (rping, ucmatose, perftest -R: they listen on no TCP socket).
+cm_listening() {
+	rdma resource show cm_id 2>/dev/null | grep -Eq "state LISTEN .*src-addr [^ ]*:$1( |$)"
+}
+
 reap() {
 	local pid=$1 limit=${2:-120}
 	[[ -n $pid ]] || return 0

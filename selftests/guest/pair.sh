@@ -29,7 +29,7 @@ pair_wait_peer() {
 # Waits until TCP port P is listening on this host (a server we started is ready).
 wait_listening() {
 	local deadline=$((SECONDS + ${2:-120}))
-	until tcp_listening "$1"; do
+	until tcp_listening "$1" || cm_listening "$1"; do
 		((SECONDS < deadline)) || return 1
 		nap 0.1
 	done
@@ -114,7 +114,7 @@ pair_exchange() {
 		for _ in $(seq 60); do
 			pair_run_bounded "$limit" "$peer_done" "$@" "$PAIR_PEER_IP"
 			rc=$?
-			grep -qiE "couldn't connect|unable to connect|connection refused" <<<"$PAIR_OUT" || break
+			grep -qiE "couldn't connect|unable to connect|connection refused|RDMA_CM_EVENT_REJECTED|RDMA_CM_EVENT_UNREACHABLE|rdma_connect" <<<"$PAIR_OUT" || break
 			[[ -e $peer_done ]] && break
 			nap 1
 		done

@@ -303,7 +303,8 @@ def ud_query_qp(ctx):
 
 
 def ud_controlled_qkey_refused(ctx):
-    """A user QP may not take a controlled Q_Key (bit 31, such as QP1's 0x80010000): EPERM."""
+    """Without CAP_NET_RAW (run under `setpriv --bounding-set=-net_raw`), a user QP may not take
+    a controlled Q_Key (bit 31, such as QP1's 0x80010000): EPERM."""
     pd, cq = PD(ctx), CQ(ctx, 8)
     cap = QPCap(max_send_wr=2, max_recv_wr=2, max_send_sge=1, max_recv_sge=1)
     qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_UD, scq=cq, rcq=cq, cap=cap))

@@ -4,7 +4,8 @@
 # ibv_rc_pingpong with payload checking (-c) at 1 B..1 MiB, with and without completion events
 # (-e); perftest send/write/read bandwidth and latency; ibv_ud_pingpong at 1 B..MTU with and
 # without -e, perftest UD send bandwidth and latency, and pair_ud.py, which checks every UD byte
-# and echoes through ibv_create_ah_from_wc. A runs the servers, B the clients. KTAP results go
+# and echoes through ibv_create_ah_from_wc; over rdma_cm (ib_cm MADs on QP1): rping -V,
+# ucmatose, udaddy, ib_send_bw -R and ib_read_bw -R. A runs the servers, B the clients. KTAP results go
 # to stdout (the host counts them); the kernel log must stay clean.
 source "$RXE_RS_ROOT/selftests/guest/pair.sh"
 source "$RXE_RS_ROOT/selftests/guest/lib.sh"
@@ -34,6 +35,38 @@ cases() {
 	echo "ib_send_bw -c UD -F -s 1024 -n 20"
 	echo "ib_send_lat -c UD -F -s 64 -n 20"
 	echo "pair_ud.py"
+	# rdma_cm: ib_cm's MADs on QP1, then the tools' own QPs.
+	echo "cm rping"
+	echo "cm ucmatose"
+	echo "cm udaddy"
+	echo "ib_send_bw -R -F -s 16384 -n 20"
+	echo "ib_read_bw -R -F -s 16384 -n 20"
+}
+
+# An rdma_cm tool: A serves on its address, B connects (pair_exchange appends A's address).
+cm_exchange() {
+	local tool=$1 peer=${!#}
+	if [[ $PAIR_ROLE == a ]]; then
+		case $tool in
+		rping) rping -s -a "$PAIR_MY_IP" -C 20 -S 1024 -V ;;
+		ucmatose) ucmatose -b "$PAIR_MY_IP" -c 2 -C 20 ;;
+		udaddy) udaddy -b "$PAIR_MY_IP" -c 2 -C 20 ;;
+		esac
+	else
+		case $tool in
+		rping) rping -c -a "$peer" -C 20 -S 1024 -v -V ;;
+		ucmatose) ucmatose -s "$peer" -c 2 -C 20 ;;
+		udaddy) udaddy -s "$peer" -c 2 -C 20 ;;
+		esac
+	fi
+}
+
+# The rdma_cm port each tool listens on.
+cm_port() {
+	case $1 in
+	ucmatose) echo 7471 ;;
+	*) echo 7174 ;;
+	esac
 }
 
 # pair_ud.py as server (A) or client (B), on its own port.
@@ -59,6 +92,11 @@ pairing() {
 		[[ ${cmd[0]} == ibv_*_pingpong ]] && gid_flag=-g
 		if [[ -n $down ]]; then
 			ktap_test_fail "$label $line ($role): not run, a stack is not up"
+		elif [[ ${cmd[0]} == cm ]]; then
+			PAIR_PORT=$(cm_port "${cmd[1]}") check "$label ${cmd[1]} over rdma_cm ($role)" pair_exchange "$label-cm-${cmd[1]}" cm_exchange "${cmd[1]}"
+		elif [[ " ${cmd[*]} " == *" -R "* ]]; then
+			# Connected by rdma_cm: no GID index to give.
+			check "$label $line ($role)" pair_exchange "$label-$line" "${cmd[0]}" -d "$DEV" "${cmd[@]:1}"
 		elif [[ ${cmd[0]} == pair_ud.py ]]; then
 			PAIR_PORT=18701 check "$label pair_ud.py: UD bytes and echoes intact ($role)" pair_exchange "$label-ud-data" ud_data_exchange
 		else
@@ -70,7 +108,7 @@ pairing() {
 
 pair_link
 ktap_print_header
-ktap_set_plan 72
+ktap_set_plan 87
 pair_wait_peer 900 || { echo "# the peer never answered ping"; }
 if [[ $PAIR_ROLE == a ]]; then
 	pairing rxe_rs "rxe_rs<->rxe_rs"

@@ -46,7 +46,9 @@ impl<T: Driver> Adapter<T> {
             reg_user_mr: Some(Self::reg_user_mr),
             get_dma_mr: Some(Self::get_dma_mr),
             dereg_mr: Some(Self::dereg_mr),
+            create_ah: Some(Self::create_ah),
             create_user_ah: Some(Self::create_user_ah),
+            poll_cq: Some(Self::poll_cq),
             destroy_ah: Some(Self::destroy_ah),
             size_ib_ah: core::mem::size_of::<Ah<T>>(),
             size_ib_pd: core::mem::size_of::<Pd<T>>(),
@@ -515,8 +517,38 @@ impl<T: Driver> Adapter<T> {
         wr: *const bindings::ib_send_wr,
         bad_wr: *mut *const bindings::ib_send_wr,
     ) -> kernel::ffi::c_int {
-        // SAFETY: per this function's contract.
-        unsafe { Self::doorbell(qp, wr, bad_wr, T::post_send) }
+        if wr.is_null() {
+            // SAFETY: per this function's contract.
+            return unsafe { Self::doorbell(qp, T::post_send) };
+        }
+        // SAFETY: a live QP of ours.
+        if unsafe { !(*qp).uobject.is_null() } {
+            // A process's QP: uverbs hands over WRs the process built itself (our provider
+            // never sends any). Those name user memory, not kernel memory: refused.
+            // SAFETY: a valid out-pointer.
+            unsafe { *bad_wr = wr };
+            return crate::kext::errno::eopnotsupp().to_errno();
+        }
+        // SAFETY: a live QP of ours and a kernel consumer's list: each WR is valid and of the
+        // kind its QP type and opcode say (the verbs contract); `bad_wr` is valid.
+        unsafe {
+            let dev = Self::dev((*qp).device);
+            let q = Qp::<T>::from_raw(qp);
+            let mut at = wr;
+            let mut ret = 0;
+            while !at.is_null() {
+                if let Err(e) = super::wr::decode_send::<T>(qp, at)
+                    .and_then(|w| T::post_send_kernel(dev, q, &w))
+                {
+                    *bad_wr = at;
+                    ret = e.to_errno();
+                    break;
+                }
+                at = (*at).next;
+            }
+            T::kick_kernel(dev, q, true);
+            ret
+        }
     }
 
     /// `ib_device_ops.post_recv`: the receive doorbell (see [`Driver::post_recv`]).
@@ -529,27 +561,47 @@ impl<T: Driver> Adapter<T> {
         wr: *const bindings::ib_recv_wr,
         bad_wr: *mut *const bindings::ib_recv_wr,
     ) -> kernel::ffi::c_int {
-        // SAFETY: per this function's contract.
-        unsafe { Self::doorbell(qp, wr, bad_wr, T::post_recv) }
-    }
-
-    /// Both doorbells: user space posted into a ring and uverbs delivers an empty list. Kernel
-    /// ULPs' work requests are not supported.
-    ///
-    /// # Safety
-    ///
-    /// `qp` is a live QP of ours; `bad_wr` is a valid out-pointer.
-    unsafe fn doorbell<W>(
-        qp: *mut bindings::ib_qp,
-        wr: *const W,
-        bad_wr: *mut *const W,
-        ring: fn(&Device<T>, &Qp<T>) -> Result,
-    ) -> kernel::ffi::c_int {
-        if !wr.is_null() {
-            // SAFETY: the caller passes a valid out-pointer with a list.
+        if wr.is_null() {
+            // SAFETY: per this function's contract.
+            return unsafe { Self::doorbell(qp, T::post_recv) };
+        }
+        // SAFETY: a live QP of ours.
+        if unsafe { !(*qp).uobject.is_null() } {
+            // As for `post_send`: only kernel consumers post WR lists.
+            // SAFETY: a valid out-pointer.
             unsafe { *bad_wr = wr };
             return crate::kext::errno::eopnotsupp().to_errno();
         }
+        // SAFETY: as for `post_send`.
+        unsafe {
+            let dev = Self::dev((*qp).device);
+            let q = Qp::<T>::from_raw(qp);
+            let mut at = wr;
+            let mut ret = 0;
+            while !at.is_null() {
+                if let Err(e) =
+                    super::wr::decode_recv(at).and_then(|w| T::post_recv_kernel(dev, q, &w))
+                {
+                    *bad_wr = at;
+                    ret = e.to_errno();
+                    break;
+                }
+                at = (*at).next;
+            }
+            T::kick_kernel(dev, q, false);
+            ret
+        }
+    }
+
+    /// Both doorbells: user space posted into a ring and uverbs delivers an empty list.
+    ///
+    /// # Safety
+    ///
+    /// `qp` is a live QP of ours.
+    unsafe fn doorbell(
+        qp: *mut bindings::ib_qp,
+        ring: fn(&Device<T>, &Qp<T>) -> Result,
+    ) -> kernel::ffi::c_int {
         from_result(|| {
             // SAFETY: a live QP of ours.
             unsafe { ring(Self::dev((*qp).device), Qp::<T>::from_raw(qp))? };
@@ -690,6 +742,56 @@ impl<T: Driver> Adapter<T> {
             }
             Ok(0)
         })
+    }
+
+    /// `ib_device_ops.create_ah`: a kernel consumer's AH.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.create_ah` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
+    unsafe extern "C" fn create_ah(
+        ah: *mut bindings::ib_ah,
+        init: *mut bindings::rdma_ah_init_attr,
+        _udata: *mut bindings::ib_udata,
+    ) -> kernel::ffi::c_int {
+        from_result(|| {
+            // SAFETY: as `create_user_ah`, for a kernel caller.
+            unsafe {
+                let dev = Self::dev((*ah).device);
+                let pd = Pd::<T>::from_raw((*ah).pd);
+                let attr = (*init).ah_attr.as_ref().ok_or(EINVAL)?;
+                let sleepable =
+                    (*init).flags & bindings::rdma_create_ah_flags_RDMA_CREATE_AH_SLEEPABLE != 0;
+                CoreObject::init(ah, T::create_ah(dev, pd, attr, sleepable)?)?;
+            }
+            Ok(0)
+        })
+    }
+
+    /// `ib_device_ops.poll_cq`: a kernel consumer polls.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.poll_cq` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
+    unsafe extern "C" fn poll_cq(
+        cq: *mut bindings::ib_cq,
+        num_entries: kernel::ffi::c_int,
+        wc: *mut bindings::ib_wc,
+    ) -> kernel::ffi::c_int {
+        let Ok(n) = usize::try_from(num_entries) else {
+            return EINVAL.to_errno();
+        };
+        if n == 0 || wc.is_null() {
+            return 0;
+        }
+        // INVARIANT: the caller's array of `n` entries, which we only write.
+        let mut out = KernelWcArray { wc, len: n };
+        // SAFETY: a live CQ of ours.
+        unsafe { T::poll_cq(Cq::<T>::from_raw(cq), &mut out) as kernel::ffi::c_int }
     }
 
     /// `ib_device_ops.destroy_ah`.

@@ -15,6 +15,7 @@ mod device;
 mod objects;
 mod qp_attr;
 mod types;
+mod wr;
 
 pub(crate) use device::*;
 pub(crate) use objects::*;
@@ -22,6 +23,9 @@ pub(crate) use qp_attr::*;
 pub(crate) use types::{
     Access, AtomicCap, CorePortCaps, DeviceCaps, KernelCaps, PortCaps, PortPhysState, PortState,
     QpAttrMask, QpEvent, QpState, QpType, MGMT_MAD_SIZE,
+};
+pub(crate) use wr::{
+    KernelCqe, KernelDest, KernelRecvWr, KernelSendWr, KernelWcArray, NetworkType,
 };
 
 use super::{
@@ -142,6 +146,17 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     /// ring asked to be told (`post_recv` with no kernel work requests).
     fn post_recv(dev: &Device<Self>, qp: &Qp<Self>) -> Result;
 
+    /// Posts one send WR of a kernel consumer into the QP's SQ. Interrupts may be off (ib_mad
+    /// posts under a spinlock_irqsave): nothing here may sleep or take a BH-only lock.
+    fn post_send_kernel(dev: &Device<Self>, qp: &Qp<Self>, wr: &KernelSendWr<'_, Self>) -> Result;
+    /// Posts one receive WR of a kernel consumer into the QP's RQ (same context rules).
+    fn post_recv_kernel(dev: &Device<Self>, qp: &Qp<Self>, wr: &KernelRecvWr<'_>) -> Result;
+    /// After a kernel consumer posted (sends if `send`, else receives): have the QP act on
+    /// them, from a context where it may (same context rules).
+    fn kick_kernel(dev: &Device<Self>, qp: &Qp<Self>, send: bool);
+    /// Polls a kernel consumer's CQ into `out`; returns how many completions it filled.
+    fn poll_cq(cq: &Cq<Self>, out: &mut KernelWcArray) -> usize;
+
     /// What a memory region holds.
     type Mr: Send + Sync;
     /// Registers `[start, start + len)` of the calling process at `iova`; returns the MR and its
@@ -169,6 +184,14 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
         pd: &Pd<Self>,
         attr: &AhAttr,
         udata: &Udata<'_>,
+    ) -> Result<Self::Ah>;
+    /// Creates an address handle in `pd` for a kernel consumer; unless `sleepable`, in atomic
+    /// context (ib_cm creates one per MAD under a spinlock).
+    fn create_ah(
+        dev: &Device<Self>,
+        pd: &Pd<Self>,
+        attr: &AhAttr,
+        sleepable: bool,
     ) -> Result<Self::Ah>;
     /// Destroys an address handle (dropped right after). May be called in atomic context.
     fn destroy_ah(dev: &Device<Self>, ah: &Ah<Self>);

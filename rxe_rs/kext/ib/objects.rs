@@ -63,6 +63,12 @@ impl QpRef {
         Ok(Self(NonNull::new(qp).ok_or(EINVAL)?))
     }
 
+    /// The QP as a kernel completion names it (the core's pointer, as a number: handed back in
+    /// `ib_wc.qp`, never followed by us).
+    pub(crate) fn for_completion(&self) -> u64 {
+        self.0.as_ptr() as u64
+    }
+
     /// Reports `event` on the QP to its owner.
     pub(crate) fn dispatch_event(&self, event: QpEvent) {
         let event = event.raw();

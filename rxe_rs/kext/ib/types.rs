@@ -253,6 +253,15 @@ pub(crate) enum QpType {
     Rc = bindings::ib_qp_type_IB_QPT_RC,
     /// Unreliable datagram.
     Ud = bindings::ib_qp_type_IB_QPT_UD,
+    /// The general services QP (QP1), a UD QP that carries MADs; created by ib_mad.
+    Gsi = bindings::ib_qp_type_IB_QPT_GSI,
+}
+
+impl QpType {
+    /// UD or GSI: datagrams, each to its own address handle.
+    pub(crate) fn is_datagram(self) -> bool {
+        matches!(self, Self::Ud | Self::Gsi)
+    }
 }
 
 impl bindings::ib_qp_init_attr {
@@ -261,6 +270,7 @@ impl bindings::ib_qp_init_attr {
         match self.qp_type {
             bindings::ib_qp_type_IB_QPT_RC => Some(QpType::Rc),
             bindings::ib_qp_type_IB_QPT_UD => Some(QpType::Ud),
+            bindings::ib_qp_type_IB_QPT_GSI => Some(QpType::Gsi),
             _ => None,
         }
     }
