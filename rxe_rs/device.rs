@@ -23,6 +23,7 @@ use crate::{
     uapi::{self, SendWqe},
     verbs::ah::{AhInner, RxeAh},
     verbs::cq::RxeCq,
+    verbs::mcast::McastGroups,
     verbs::mr::{self, Backing, MrInner, RxeMr},
     verbs::pd::RxePd,
 };
@@ -51,6 +52,9 @@ pub(crate) struct RxeDevice {
     /// number is not a table index.
     #[pin]
     gsi: SpinLockBh<Option<Arc<QpInner>>>,
+    /// Multicast groups and the UD QPs attached to them.
+    #[pin]
+    pub(crate) mcast: McastGroups,
     /// What the datapath uses: the MRs, the counters, the netdev (each QP holds it too).
     pub(crate) res: Arc<Resources>,
 }
@@ -93,6 +97,7 @@ impl RxeDevice {
             next_pd_id: AtomicU64::new(1),
             qps <- IndexTable::new(limits::FIRST_QPN, limits::MAX_QP),
             gsi <- new_spinlock_bh!(None, "rxe_rs_gsi"),
+            mcast <- McastGroups::new(),
             res: Arc::pin_init(Resources::new(ndev), GFP_KERNEL)?,
         }? Error)
     }
@@ -168,6 +173,10 @@ impl ib::Driver for RxeDevice {
         attr.max_res_rd_atom = (limits::MAX_RD_ATOMIC * limits::MAX_QP) as i32;
         attr.max_mr_size = limits::MAX_MR_SIZE;
         attr.max_ah = limits::MAX_AH as i32;
+        attr.max_mcast_grp = limits::MAX_MCAST_GRP as i32;
+        attr.max_mcast_qp_attach = limits::MAX_MCAST_QP_ATTACH as i32;
+        attr.max_total_mcast_qp_attach =
+            (limits::MAX_MCAST_GRP * limits::MAX_MCAST_QP_ATTACH) as i32;
         Ok(())
     }
 
@@ -464,6 +473,17 @@ impl ib::Driver for RxeDevice {
     fn destroy_ah(dev: &Device<Self>, ah: &Ah<Self>) {
         // A send in flight holds its own reference: nothing to wait for.
         dev.res.ahs.remove(ah.num);
+    }
+
+    fn attach_mcast(dev: &Device<Self>, qp: &Qp<Self>, mgid: [u8; 16]) -> Result {
+        if qp.inner.qp_type != QpType::Ud {
+            return Err(EINVAL);
+        }
+        dev.mcast.attach(&dev.res.ndev, mgid, &qp.inner)
+    }
+
+    fn detach_mcast(dev: &Device<Self>, qp: &Qp<Self>, mgid: [u8; 16]) -> Result {
+        dev.mcast.detach(&dev.res.ndev, mgid, &qp.inner)
     }
 
     fn req_notify_cq(cq: &Cq<Self>, flags: u32) -> Result<i32> {

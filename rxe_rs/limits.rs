@@ -51,3 +51,9 @@ pub(crate) const MAX_RD_ATOMIC: u32 = 128;
 pub(crate) const MAX_AH: u32 = (1 << 15) - 1;
 /// The number of the general services QP (QP1) of every port.
 pub(crate) const GSI_QPN: u32 = 1;
+/// Multicast groups per device.
+pub(crate) const MAX_MCAST_GRP: u32 = 256;
+/// QPs attached to one multicast group (rdma_rxe's limit).
+pub(crate) const MAX_MCAST_QP_ATTACH: u32 = 56;
+/// The BTH destination QP of a multicast datagram.
+pub(crate) const MULTICAST_QPN: u32 = 0xff_ffff;

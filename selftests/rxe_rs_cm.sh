@@ -3,7 +3,7 @@
 # rxe_rs as a kernel verbs provider: the RDMA core's kernel clients attach (ib_mad's QP1 shows
 # in `rdma resource show qp`), and librdmacm applications connect through ib_cm MADs on QP1 over
 # loopback: rping with data verification and ucmatose (several RC connections), over IPv4
-# and IPv6, udaddy (UD, through SIDR), rdma_server/rdma_client, rstream and riostream
+# and IPv6, udaddy (UD, through SIDR), mckey (multicast), rdma_server/rdma_client, rstream and riostream
 # (rsockets) verifying their data, perftest over rdma_cm (-R). Each client and server must exit
 # 0. A client killed mid-connection leaves its server a disconnect, not a hang.
 source "$(dirname "$0")/guest/lib.sh"
@@ -12,7 +12,7 @@ A=10.11.0.1
 A6=fd00:11::1
 
 ktap_print_header
-ktap_set_plan 15
+ktap_set_plan 16
 reset_or_bail
 make_veth veth0 veth1 "$A/24"
 ip -6 addr add "$A6/64" dev veth0 nodad
@@ -52,6 +52,22 @@ check "ucmatose: 4 RC connections, 20 messages each" \
 check "ucmatose over IPv6" cm_pair ucmatose 7471 -b "$A6" -c 2 -C 10 -- -s "$A6" -c 2 -C 10
 check "udaddy: 2 UD endpoints through SIDR, 20 messages each" \
 	cm_pair udaddy 7174 -b "$A" -c 2 -C 20 -- -s "$A" -c 2 -C 20
+# Multicast: the receiver joins 239.1.2.3 (rdma_cm attaches its UD QP and joins the IP group),
+# then the sender's 10 datagrams to the group, looped back by the IP stack, must all arrive.
+mckey_pair() {
+	local out rc=0
+	out=$(mktemp)
+	timeout 100 mckey -m 239.1.2.3 -b "$A" -C 10 >"$out.r" 2>&1 &
+	local rpid=$!
+	wait_for 60 eval "ip maddr show dev veth0 | grep -qE 'inet +239\.1\.2\.3\$'" || echo "# mckey: the receiver did not join"
+	timeout 100 mckey -m 239.1.2.3 -b "$A" -s -C 10 >"$out.s" 2>&1 || rc=1
+	wait "$rpid" || rc=1
+	tail -4 "$out.r" | sed 's/^/# mckey receiver: /'
+	tail -4 "$out.s" | sed 's/^/# mckey sender: /'
+	rm -f "$out" "$out.r" "$out.s"
+	return $rc
+}
+check "mckey: 10 datagrams to an IPv4 multicast group arrive" mckey_pair
 check "rdma_server / rdma_client" cm_pair rdma_server/rdma_client 7471 -s "$A" -- -s "$A"
 check "rstream -T v: rsockets transfers, verified" \
 	cm_pair rstream 7471 -b "$A" -T v -C 100 -S 4096 -- -s "$A" -T v -C 100 -S 4096

@@ -1,5 +1,6 @@
 //! Address handles: created by the kernel, which checks the path and resolves it, and returns
-//! the number UD send WQEs name it by. Posting then needs no system call.
+//! the number UD send WQEs name it by. Posting then needs no system call. Also the multicast
+//! attachments of UD QPs, which the kernel keeps too.
 
 use crate::ffi::{private::*, verbs::*};
 use core::ffi::c_int;
@@ -89,4 +90,24 @@ pub unsafe fn ah_num(ah: *mut ibv_ah) -> u32 {
     }
     // SAFETY: one of ours, alive (the caller's contract).
     unsafe { (*ah.cast::<Ah>()).num }
+}
+
+/// `ibv_attach_mcast`: the kernel attaches the QP to the group.
+///
+/// # Safety
+///
+/// libibverbs passes a QP of ours and a valid GID.
+pub unsafe extern "C" fn attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    // SAFETY: as the caller promises.
+    unsafe { ibv_cmd_attach_mcast(qp, gid, lid) }
+}
+
+/// `ibv_detach_mcast`.
+///
+/// # Safety
+///
+/// As for [`attach_mcast`].
+pub unsafe extern "C" fn detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    // SAFETY: as the caller promises.
+    unsafe { ibv_cmd_detach_mcast(qp, gid, lid) }
 }

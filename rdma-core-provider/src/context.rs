@@ -33,6 +33,8 @@ static CONTEXT_OPS: verbs_context_ops = verbs_context_ops {
     create_qp_ex: Some(crate::qp::create_qp_ex),
     create_ah: Some(crate::ah::create_ah),
     destroy_ah: Some(crate::ah::destroy_ah),
+    attach_mcast: Some(crate::ah::attach_mcast),
+    detach_mcast: Some(crate::ah::detach_mcast),
     ..ZERO_OPS
 };
 

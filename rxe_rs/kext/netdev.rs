@@ -61,6 +61,19 @@ impl NetDevice {
         mac
     }
 
+    /// Adds `mac` to the multicast addresses the device receives (counted: one delete per add).
+    /// Process context.
+    pub(crate) fn mc_add(&self, mac: &[u8; 6]) -> Result {
+        // SAFETY: a valid device; `dev_mc_add` copies the address and takes its own locks.
+        kernel::error::to_result(unsafe { bindings::dev_mc_add(self.as_raw(), mac.as_ptr()) })
+    }
+
+    /// Undoes one [`Self::mc_add`] of `mac`.
+    pub(crate) fn mc_del(&self, mac: &[u8; 6]) {
+        // SAFETY: as for `mc_add`. A failure (not added) leaves nothing to undo.
+        let _ = unsafe { bindings::dev_mc_del(self.as_raw(), mac.as_ptr()) };
+    }
+
     /// Administratively up and with carrier: the state in which a RoCE port is ACTIVE.
     pub(crate) fn is_running_with_carrier(&self) -> bool {
         // SAFETY: valid device.

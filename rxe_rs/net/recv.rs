@@ -12,6 +12,7 @@ use crate::{
         skb::SkBuff,
         udp_tunnel::{EncapReceiver, UdpTunnel},
     },
+    limits,
     proto::packet::{self, DropReason},
     qp::{completer, datagram, responder},
 };
@@ -49,6 +50,14 @@ impl EncapReceiver for Receiver {
             Ok(ip) => match packet::parse(ip, &KernelCrc32) {
                 Err(DropReason::Malformed) => Counter::RcvdMalformed,
                 Err(DropReason::BadIcrc) => Counter::RcvdIcrcErr,
+                Ok(d) if d.bth.dest_qp == limits::MULTICAST_QPN => {
+                    // Each member takes it as its own datagram; counted once.
+                    let mut counter = Counter::RcvdUnknownQp;
+                    dev.mcast.for_each_member(&d.dst_gid, |qp| {
+                        counter = datagram::receive(qp, &d);
+                    });
+                    counter
+                }
                 Ok(d) => match dev.lookup_qp(d.bth.dest_qp) {
                     None => Counter::RcvdUnknownQp,
                     Some(qp) if qp.qp_type.is_datagram() => datagram::receive(&qp, &d),

@@ -248,11 +248,8 @@ def client(end, chan, size):
     return True
 
 
-def main():
-    role, device, peer_ip, port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    size = (int(sys.argv[5]) if len(sys.argv) > 5 else 4) << 20
-    size = max(size, CHUNK * len(SEND_SIZES))
-    end = End(device, size)
+def open_channel(role, peer_ip, port):
+    """The out-of-band channel: the server accepts on `port`, the client connects to it."""
     if role == "server":
         listener = socket.create_server(("0.0.0.0", port), reuse_port=True)
         listener.settimeout(300)
@@ -268,8 +265,17 @@ def main():
                     raise
                 time.sleep(0.5)
     sock.settimeout(COMPLETION_TIMEOUT_S + 60)
+    return Channel(sock)
+
+
+def main():
+    role, device, peer_ip, port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    size = (int(sys.argv[5]) if len(sys.argv) > 5 else 4) << 20
+    size = max(size, CHUNK * len(SEND_SIZES))
+    end = End(device, size)
+    chan = open_channel(role, peer_ip, port)
     try:
-        passed = (server if role == "server" else client)(end, Channel(sock), size)
+        passed = (server if role == "server" else client)(end, chan, size)
     except Failed as err:
         print(f"# stopped: {err}", flush=True)
         passed = False

@@ -13,7 +13,6 @@ Prints "ok NAME" or "not ok NAME: why": the server reports datagrams_intact, the
 echoes_intact.
 """
 import random
-import socket
 import sys
 import time
 
@@ -26,7 +25,7 @@ from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.wr import RecvWR, SGE, SendWR
 import pyverbs.enums as e
 
-from pair_data import COMPLETION_TIMEOUT_S, Channel, Failed, first_diff, peer_gid, report
+from pair_data import COMPLETION_TIMEOUT_S, Failed, first_diff, open_channel, peer_gid, report
 from verbs import ipv4_gid_index
 
 GRH = 40
@@ -188,23 +187,9 @@ def client(end, chan):
 def main():
     role, device, peer_ip, port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     end = End(device)
-    if role == "server":
-        listener = socket.create_server(("0.0.0.0", port), reuse_port=True)
-        listener.settimeout(300)
-        sock, _ = listener.accept()
-    else:
-        deadline = time.time() + 300
-        while True:
-            try:
-                sock = socket.create_connection((peer_ip, port), timeout=5)
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.5)
-    sock.settimeout(COMPLETION_TIMEOUT_S + 60)
+    chan = open_channel(role, peer_ip, port)
     try:
-        passed = (server if role == "server" else client)(end, Channel(sock))
+        passed = (server if role == "server" else client)(end, chan)
     except Failed as err:
         print(f"# stopped: {err}", flush=True)
         passed = False

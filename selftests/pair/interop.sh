@@ -5,8 +5,9 @@
 # (-e); perftest send/write/read bandwidth and latency; ibv_ud_pingpong at 1 B..MTU with and
 # without -e, perftest UD send bandwidth and latency, and pair_ud.py, which checks every UD byte
 # and echoes through ibv_create_ah_from_wc; over rdma_cm (ib_cm MADs on QP1): rping -V,
-# ucmatose, udaddy, ib_send_bw -R and ib_read_bw -R. A runs the servers, B the clients. KTAP results go
-# to stdout (the host counts them); the kernel log must stay clean.
+# ucmatose, udaddy, mckey (multicast from B to A), ib_send_bw -R and ib_read_bw -R. A runs the
+# servers, B the clients. KTAP results go to stdout (the host counts them); the kernel log must
+# stay clean.
 source "$RXE_RS_ROOT/selftests/guest/pair.sh"
 source "$RXE_RS_ROOT/selftests/guest/lib.sh"
 
@@ -39,6 +40,7 @@ cases() {
 	echo "cm rping"
 	echo "cm ucmatose"
 	echo "cm udaddy"
+	echo "cm mckey"
 	echo "ib_send_bw -R -F -s 16384 -n 20"
 	echo "ib_read_bw -R -F -s 16384 -n 20"
 }
@@ -51,12 +53,14 @@ cm_exchange() {
 		rping) rping -s -a "$PAIR_MY_IP" -C 20 -S 1024 -V ;;
 		ucmatose) ucmatose -b "$PAIR_MY_IP" -c 2 -C 20 ;;
 		udaddy) udaddy -b "$PAIR_MY_IP" -c 2 -C 20 ;;
+		mckey) mckey -m 239.1.1.1 -b "$PAIR_MY_IP" -C 10 ;;
 		esac
 	else
 		case $tool in
 		rping) rping -c -a "$peer" -C 20 -S 1024 -v -V ;;
 		ucmatose) ucmatose -s "$peer" -c 2 -C 20 ;;
 		udaddy) udaddy -s "$peer" -c 2 -C 20 ;;
+		mckey) mckey -m 239.1.1.1 -b "$PAIR_MY_IP" -s -C 10 ;;
 		esac
 	fi
 }
@@ -65,6 +69,8 @@ cm_exchange() {
 cm_port() {
 	case $1 in
 	ucmatose) echo 7471 ;;
+	# The receiver has joined when its host is a member of the IP group.
+	mckey) echo mcast:239.1.1.1 ;;
 	*) echo 7174 ;;
 	esac
 }
@@ -108,7 +114,7 @@ pairing() {
 
 pair_link
 ktap_print_header
-ktap_set_plan 87
+ktap_set_plan 90
 pair_wait_peer 900 || { echo "# the peer never answered ping"; }
 if [[ $PAIR_ROLE == a ]]; then
 	pairing rxe_rs "rxe_rs<->rxe_rs"

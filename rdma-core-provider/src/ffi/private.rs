@@ -77,7 +77,7 @@ pub struct verbs_context_ops {
     pub alloc_td: UnusedOp,
     pub async_event: UnusedOp,
     pub attach_counters_point_flow: UnusedOp,
-    pub attach_mcast: UnusedOp,
+    pub attach_mcast: Option<unsafe extern "C" fn(*mut ibv_qp, *const ibv_gid, u16) -> c_int>,
     pub bind_mw: UnusedOp,
     pub close_xrcd: UnusedOp,
     pub cq_event: UnusedOp,
@@ -109,7 +109,7 @@ pub struct verbs_context_ops {
     pub destroy_rwq_ind_table: UnusedOp,
     pub destroy_srq: UnusedOp,
     pub destroy_wq: UnusedOp,
-    pub detach_mcast: UnusedOp,
+    pub detach_mcast: Option<unsafe extern "C" fn(*mut ibv_qp, *const ibv_gid, u16) -> c_int>,
     pub free_context: Option<unsafe extern "C" fn(*mut ibv_context)>,
     pub free_dm: UnusedOp,
     pub get_srq_num: UnusedOp,
@@ -293,6 +293,8 @@ extern "C" {
         resp_size: usize,
     ) -> c_int;
     pub fn ibv_cmd_destroy_ah(ah: *mut ibv_ah) -> c_int;
+    pub fn ibv_cmd_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
+    pub fn ibv_cmd_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
     pub fn ibv_cmd_reg_mr(
         pd: *mut ibv_pd,
         addr: *mut c_void,

@@ -46,6 +46,8 @@ impl<T: Driver> Adapter<T> {
             reg_user_mr: Some(Self::reg_user_mr),
             get_dma_mr: Some(Self::get_dma_mr),
             dereg_mr: Some(Self::dereg_mr),
+            attach_mcast: Some(Self::attach_mcast),
+            detach_mcast: Some(Self::detach_mcast),
             create_ah: Some(Self::create_ah),
             create_user_ah: Some(Self::create_user_ah),
             poll_cq: Some(Self::poll_cq),
@@ -766,6 +768,53 @@ impl<T: Driver> Adapter<T> {
                     (*init).flags & bindings::rdma_create_ah_flags_RDMA_CREATE_AH_SLEEPABLE != 0;
                 CoreObject::init(ah, T::create_ah(dev, pd, attr, sleepable)?)?;
             }
+            Ok(0)
+        })
+    }
+
+    /// `ib_device_ops.attach_mcast`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.attach_mcast` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
+    unsafe extern "C" fn attach_mcast(
+        qp: *mut bindings::ib_qp,
+        gid: *mut bindings::ib_gid,
+        _lid: u16,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: per this function's contract.
+        unsafe { Self::mcast(qp, gid, T::attach_mcast) }
+    }
+
+    /// `ib_device_ops.detach_mcast`.
+    ///
+    /// # Safety
+    ///
+    /// As for `attach_mcast`.
+    unsafe extern "C" fn detach_mcast(
+        qp: *mut bindings::ib_qp,
+        gid: *mut bindings::ib_gid,
+        _lid: u16,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: per this function's contract.
+        unsafe { Self::mcast(qp, gid, T::detach_mcast) }
+    }
+
+    /// Both multicast verbs: `op` on the QP and the group.
+    ///
+    /// # Safety
+    ///
+    /// `qp` is a live QP of ours and `gid` a valid GID.
+    unsafe fn mcast(
+        qp: *mut bindings::ib_qp,
+        gid: *mut bindings::ib_gid,
+        op: fn(&Device<T>, &Qp<T>, [u8; 16]) -> Result,
+    ) -> kernel::ffi::c_int {
+        from_result(|| {
+            // SAFETY: as the caller promises; a GID is 16 plain bytes.
+            unsafe { op(Self::dev((*qp).device), Qp::<T>::from_raw(qp), (*gid).raw)? };
             Ok(0)
         })
     }

@@ -196,6 +196,11 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     /// Destroys an address handle (dropped right after). May be called in atomic context.
     fn destroy_ah(dev: &Device<Self>, ah: &Ah<Self>);
 
+    /// Attaches a UD QP to the multicast group `mgid` (the core checked both). Process context.
+    fn attach_mcast(dev: &Device<Self>, qp: &Qp<Self>, mgid: [u8; 16]) -> Result;
+    /// Detaches it again.
+    fn detach_mcast(dev: &Device<Self>, qp: &Qp<Self>, mgid: [u8; 16]) -> Result;
+
     /// Arms the CQ for a completion event (`flags`: [`cq_notify`]); returns 1 if
     /// `REPORT_MISSED_EVENTS` was asked and completions are already waiting.
     fn req_notify_cq(cq: &Cq<Self>, flags: u32) -> Result<i32>;

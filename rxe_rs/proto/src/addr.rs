@@ -1,4 +1,4 @@
-//! Addressing derived from the netdev: GUIDs.
+//! Addressing derived from the netdev: GUIDs, and the Ethernet address of a multicast group.
 
 /// The modified EUI-64 of a 48-bit MAC (RFC 4291 appendix A): `FF:FE` in the middle and the
 /// universal/local bit flipped. rdma_rxe uses it as node GUID and system image GUID.
@@ -15,9 +15,56 @@ pub const fn eui64_from_mac(mac: [u8; 6]) -> [u8; 8] {
     ]
 }
 
+/// The multicast GID of a RoCEv2 group: an IPv4 group `::ffff:224.0.0.0/100` or an IPv6 one
+/// `ff00::/8`, else `None`.
+pub const fn is_multicast_gid(gid: &[u8; 16]) -> bool {
+    multicast_mac(gid).is_some()
+}
+
+/// The Ethernet address a RoCEv2 multicast group's packets arrive on: `01:00:5e` and the low
+/// 23 bits of an IPv4 group (RFC 1112), `33:33` and the low 32 bits of an IPv6 one (RFC 2464).
+pub const fn multicast_mac(gid: &[u8; 16]) -> Option<[u8; 6]> {
+    if gid[0] == 0xff {
+        return Some([0x33, 0x33, gid[12], gid[13], gid[14], gid[15]]);
+    }
+    let mut i = 0;
+    while i < 10 {
+        if gid[i] != 0 {
+            return None;
+        }
+        i += 1;
+    }
+    if gid[10] == 0xff && gid[11] == 0xff && gid[12] & 0xf0 == 0xe0 {
+        return Some([0x01, 0x00, 0x5e, gid[13] & 0x7f, gid[14], gid[15]]);
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
-    use super::eui64_from_mac;
+    use super::{eui64_from_mac, multicast_mac};
+
+    #[test]
+    fn multicast_groups_map_to_their_ethernet_addresses() {
+        let mut v4 = [0u8; 16];
+        v4[10] = 0xff;
+        v4[11] = 0xff;
+        v4[12..].copy_from_slice(&[239, 129, 2, 3]);
+        assert_eq!(
+            multicast_mac(&v4),
+            Some([1, 0, 0x5e, 1, 2, 3]),
+            "23 low bits"
+        );
+        v4[12] = 10;
+        assert_eq!(multicast_mac(&v4), None, "a unicast IPv4 address");
+        let mut v6 = [0u8; 16];
+        v6[0] = 0xff;
+        v6[1] = 0x12;
+        v6[12..].copy_from_slice(&[9, 8, 7, 6]);
+        assert_eq!(multicast_mac(&v6), Some([0x33, 0x33, 9, 8, 7, 6]));
+        v6[0] = 0xfe;
+        assert_eq!(multicast_mac(&v6), None, "link-local unicast");
+    }
 
     #[test]
     fn eui64_flips_the_universal_local_bit() {
