@@ -52,14 +52,16 @@ check "ucmatose: 4 RC connections, 20 messages each" \
 check "ucmatose over IPv6" cm_pair ucmatose 7471 -b "$A6" -c 2 -C 10 -- -s "$A6" -c 2 -C 10
 check "udaddy: 2 UD endpoints through SIDR, 20 messages each" \
 	cm_pair udaddy 7174 -b "$A" -c 2 -C 20 -- -s "$A" -c 2 -C 20
-# Multicast: the receiver joins 239.1.2.3 (rdma_cm attaches its UD QP and joins the IP group),
-# then the sender's 10 datagrams to the group, looped back by the IP stack, must all arrive.
+# Multicast: the receiver joins 239.1.2.3 (rdma_cm joins the IP group, librdmacm attaches its
+# UD QP), then the sender's 10 datagrams to the group, looped back by the IP stack, must all
+# arrive.
 mckey_pair() {
 	local out rc=0
 	out=$(mktemp)
-	timeout 100 mckey -m 239.1.2.3 -b "$A" -C 10 >"$out.r" 2>&1 &
+	# Line-buffered: mckey says it polls once its QP is attached; only then may the sender go.
+	timeout 100 stdbuf -oL mckey -m 239.1.2.3 -b "$A" -C 10 >"$out.r" 2>&1 &
 	local rpid=$!
-	wait_for 60 eval "ip maddr show dev veth0 | grep -qE 'inet +239\.1\.2\.3\$'" || echo "# mckey: the receiver did not join"
+	wait_for 60 grep -q "receiving data transfers" "$out.r" || echo "# mckey: the receiver did not get ready"
 	timeout 100 mckey -m 239.1.2.3 -b "$A" -s -C 10 >"$out.s" 2>&1 || rc=1
 	wait "$rpid" || rc=1
 	tail -4 "$out.r" | sed 's/^/# mckey receiver: /'

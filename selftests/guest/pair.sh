@@ -27,15 +27,10 @@ pair_wait_peer() {
 }
 
 # Waits until TCP port P is listening on this host (a server we started is ready).
-# PORT "mcast:GROUP": the host is a member of IPv4 multicast group GROUP (mckey's receiver
-# joined through rdma_cm).
-mcast_joined() {
-	ip maddr show | grep -qE "inet +${1#mcast:}\$"
-}
-
 wait_listening() {
 	local deadline=$((SECONDS + ${2:-120}))
-	until if [[ $1 == mcast:* ]]; then mcast_joined "$1"; else tcp_listening "$1" || cm_listening "$1"; fi; do
+	# PORT "mark:FILE": the server side says it is ready by creating FILE in PAIR_RESULTS.
+	until if [[ $1 == mark:* ]]; then [[ -e $PAIR_RESULTS/${1#mark:} ]]; else tcp_listening "$1" || cm_listening "$1"; fi; do
 		((SECONDS < deadline)) || return 1
 		nap 0.1
 	done

@@ -53,7 +53,18 @@ cm_exchange() {
 		rping) rping -s -a "$PAIR_MY_IP" -C 20 -S 1024 -V ;;
 		ucmatose) ucmatose -b "$PAIR_MY_IP" -c 2 -C 20 ;;
 		udaddy) udaddy -b "$PAIR_MY_IP" -c 2 -C 20 ;;
-		mckey) mckey -m 239.1.1.1 -b "$PAIR_MY_IP" -C 10 ;;
+		mckey)
+			# B sends once our QP is attached: mckey says so before it polls (line-buffered).
+			local out=$PAIR_RESULTS/a.mckey.out rc
+			rm -f "$PAIR_RESULTS/a.mckey.attached"
+			stdbuf -oL mckey -m 239.1.1.1 -b "$PAIR_MY_IP" -C 10 >"$out" 2>&1 &
+			local pid=$!
+			wait_for 60 grep -q "receiving data transfers" "$out" && touch "$PAIR_RESULTS/a.mckey.attached"
+			wait "$pid"
+			rc=$?
+			cat "$out"
+			return $rc
+			;;
 		esac
 	else
 		case $tool in
@@ -69,8 +80,8 @@ cm_exchange() {
 cm_port() {
 	case $1 in
 	ucmatose) echo 7471 ;;
-	# The receiver has joined when its host is a member of the IP group.
-	mckey) echo mcast:239.1.1.1 ;;
+	# The receiver's QP is attached (see cm_exchange).
+	mckey) echo mark:a.mckey.attached ;;
 	*) echo 7174 ;;
 	esac
 }
