@@ -12,7 +12,7 @@ A=10.11.0.1
 A6=fd00:11::1
 
 ktap_print_header
-ktap_set_plan 16
+ktap_set_plan 18
 reset_or_bail
 make_veth veth0 veth1 "$A/24"
 ip -6 addr add "$A6/64" dev veth0 nodad
@@ -77,6 +77,10 @@ check "riostream -T v: rsockets RDMA I/O, verified" \
 	cm_pair riostream 7471 -b "$A" -T v -C 100 -S 4096 -- -s "$A" -T v -C 100 -S 4096
 for t in ib_send_bw ib_write_bw ib_read_bw ib_send_lat; do
 	check "$t -R (rdma_cm)" cm_pair "$t" 18515 -d "$DEV" -R -F -s 4096 -n 50 -- -d "$DEV" -R -F -s 4096 -n 50 "$A"
+done
+# UD over rdma_cm: the endpoints find each other through SIDR.
+for t in ib_send_bw ib_send_lat; do
+	check "$t -c UD -R (rdma_cm, SIDR)" cm_pair "$t" 18515 -d "$DEV" -c UD -R -F -s 1024 -n 50 -- -d "$DEV" -c UD -R -F -s 1024 -n 50 "$A"
 done
 
 # A client that dies mid-connection: the process exit destroys its cm_id (DREQ), and the

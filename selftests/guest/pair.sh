@@ -16,6 +16,8 @@ pair_link() {
 	PAIR_DEV=$dev
 	PAIR_PEER_IP=10.10.0.$peer
 	PAIR_MY_IP=10.10.0.$me
+	PAIR_PEER_IP6=fd10::$peer
+	PAIR_MY_IP6=fd10::$me
 }
 
 # Waits (up to S seconds) until the peer answers ping: both guests are up and the link works.

@@ -4,8 +4,10 @@
 # ibv_rc_pingpong with payload checking (-c) at 1 B..1 MiB, with and without completion events
 # (-e); perftest send/write/read bandwidth and latency; ibv_ud_pingpong at 1 B..MTU with and
 # without -e, perftest UD send bandwidth and latency, and pair_ud.py, which checks every UD byte
-# and echoes through ibv_create_ah_from_wc; over rdma_cm (ib_cm MADs on QP1): rping -V,
-# ucmatose, udaddy, mckey (multicast from B to A), ib_send_bw -R and ib_read_bw -R. A runs the
+# and echoes through ibv_create_ah_from_wc; over rdma_cm (ib_cm MADs on QP1): rping -V and
+# ucmatose over IPv4 and IPv6, udaddy, mckey (multicast from B to A), rdma_server/rdma_client,
+# rstream and riostream (rsockets, verified), a client killed mid-run (the server must see the
+# disconnect), perftest -R (RC send/write/read, send latency; UD through SIDR). A runs the
 # servers, B the clients. KTAP results go to stdout (the host counts them); the kernel log must
 # stay clean.
 source "$RXE_RS_ROOT/selftests/guest/pair.sh"
@@ -37,12 +39,17 @@ cases() {
 	echo "ib_send_lat -c UD -F -s 64 -n 20"
 	echo "pair_ud.py"
 	# rdma_cm: ib_cm's MADs on QP1, then the tools' own QPs.
-	echo "cm rping"
-	echo "cm ucmatose"
-	echo "cm udaddy"
-	echo "cm mckey"
-	echo "ib_send_bw -R -F -s 16384 -n 20"
-	echo "ib_read_bw -R -F -s 16384 -n 20"
+	local tool
+	for tool in rping rping6 ucmatose ucmatose6 udaddy mckey rdma_server rstream riostream disconnect; do
+		echo "cm $tool"
+	done
+	for t in ib_send_bw ib_write_bw ib_read_bw; do
+		echo "$t -R -F -s 16384 -n 20"
+	done
+	echo "ib_send_lat -R -F -s 64 -n 20"
+	# UD over rdma_cm: the endpoints find each other through SIDR.
+	echo "ib_send_bw -c UD -R -F -s 1024 -n 20"
+	echo "ib_send_lat -c UD -R -F -s 64 -n 20"
 }
 
 # An rdma_cm tool: A serves on its address, B connects (pair_exchange appends A's address).
@@ -51,8 +58,22 @@ cm_exchange() {
 	if [[ $PAIR_ROLE == a ]]; then
 		case $tool in
 		rping) rping -s -a "$PAIR_MY_IP" -C 20 -S 1024 -V ;;
+		rping6) rping -s -a "$PAIR_MY_IP6" -C 20 -S 1024 -V ;;
 		ucmatose) ucmatose -b "$PAIR_MY_IP" -c 2 -C 20 ;;
+		ucmatose6) ucmatose -b "$PAIR_MY_IP6" -c 2 -C 20 ;;
 		udaddy) udaddy -b "$PAIR_MY_IP" -c 2 -C 20 ;;
+		rdma_server) rdma_server -s "$PAIR_MY_IP" ;;
+		rstream | riostream) "$tool" -b "$PAIR_MY_IP" -T v -C 50 -S 4096 ;;
+		disconnect)
+			# B's client is killed mid-run: its process exit sends a DREQ, and this server
+			# must see the disconnect and exit on its own, well before its timeout.
+			local out rc
+			out=$(timeout 120 rping -s -a "$PAIR_MY_IP" -C 1000000 -v 2>&1)
+			rc=$?
+			tail -3 <<<"$out"
+			((rc != 124)) || { echo "rping server: no disconnect within 120 s"; return 1; }
+			grep -q DISCONNECT <<<"$out"
+			;;
 		mckey)
 			# B sends once our QP is attached: mckey says so before it polls (line-buffered).
 			local out=$PAIR_RESULTS/a.mckey.out rc
@@ -69,9 +90,24 @@ cm_exchange() {
 	else
 		case $tool in
 		rping) rping -c -a "$peer" -C 20 -S 1024 -v -V ;;
+		rping6) rping -c -a "$PAIR_PEER_IP6" -C 20 -S 1024 -v -V ;;
 		ucmatose) ucmatose -s "$peer" -c 2 -C 20 ;;
+		ucmatose6) ucmatose -s "$PAIR_PEER_IP6" -c 2 -C 20 ;;
 		udaddy) udaddy -s "$peer" -c 2 -C 20 ;;
 		mckey) mckey -m 239.1.1.1 -b "$PAIR_MY_IP" -s -C 10 ;;
+		rdma_server) rdma_client -s "$peer" ;;
+		rstream | riostream) "$tool" -s "$peer" -T v -C 50 -S 4096 ;;
+		disconnect)
+			# Killed once pings flow (kill -9: no orderly rdma_disconnect from the tool).
+			local out=/tmp/pair-disconnect.out pid rc=0
+			rping -c -a "$peer" -C 1000000 -v >"$out" 2>&1 &
+			pid=$!
+			wait_for 60 grep -q "ping data" "$out" || { echo "rping client: no pings within 60 s"; rc=1; }
+			kill -9 "$pid"
+			wait "$pid" 2>/dev/null
+			tail -2 "$out"
+			return $rc
+			;;
 		esac
 	fi
 }
@@ -79,7 +115,7 @@ cm_exchange() {
 # The rdma_cm port each tool listens on.
 cm_port() {
 	case $1 in
-	ucmatose) echo 7471 ;;
+	ucmatose | ucmatose6 | rdma_server | rstream | riostream) echo 7471 ;;
 	# The receiver's QP is attached (see cm_exchange).
 	mckey) echo mark:a.mckey.attached ;;
 	*) echo 7174 ;;
@@ -125,7 +161,8 @@ pairing() {
 
 pair_link
 ktap_print_header
-ktap_set_plan 90
+# Each pairing: its stack check, then its cases.
+ktap_set_plan $((3 * (1 + $(cases | wc -l))))
 pair_wait_peer 900 || { echo "# the peer never answered ping"; }
 if [[ $PAIR_ROLE == a ]]; then
 	pairing rxe_rs "rxe_rs<->rxe_rs"
