@@ -57,7 +57,12 @@ impl LinkDriver for RxeLink {
             .map_err(|e| if e == ENFILE { EEXIST } else { e })?;
         dev.set_netdev_mtu(ndev.mtu());
         RxeDevice::sync_port(&dev, ndev);
-        pr_info!("{}: added on {}\n", dev.name(), ndev.name());
+        pr_info!(
+            "{}: added on {}, ICRC by {}\n",
+            dev.name(),
+            ndev.name(),
+            dev.res.crc.driver_name()
+        );
         Ok(())
     }
 }

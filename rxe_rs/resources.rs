@@ -1,12 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 //! What the datapath reaches of its device: the netdev it sends on, the memory regions by key,
-//! the address handles by number, and the port counters. The device and each of its QPs share
-//! it, so the engines need nothing
-//! from the layer above them: the QP table and the verbs entry points are in the device.
+//! the address handles by number, the port counters and the ICRC engine. The device and each
+//! of its QPs share it, so the engines need nothing from the layer above them: the QP table and the verbs entry points are in the device.
 
 use crate::{
     counters::Counters,
-    kext::netdev::NetDevice,
+    kext::{crc::KernelCrc32, netdev::NetDevice},
     limits,
     table::IndexTable,
     verbs::{
@@ -27,6 +26,8 @@ pub(crate) struct Resources {
     pub(crate) ahs: IndexTable<AhInner>,
     /// Port counters.
     pub(crate) counters: Counters,
+    /// Computes and checks the ICRC of every packet.
+    pub(crate) crc: KernelCrc32,
     /// The netdev packets go out on. Ours to hold: the RDMA core's own accessor takes a lock
     /// that must not be taken in softirq, where ACKs and READ responses are sent.
     pub(crate) ndev: ARef<NetDevice>,
@@ -39,6 +40,7 @@ impl Resources {
             mrs <- IndexTable::new(1, limits::MAX_MR),
             ahs <- IndexTable::new(1, limits::MAX_AH),
             counters: Counters::new(),
+            crc: KernelCrc32::new(),
             ndev,
         }? Error)
     }

@@ -7,7 +7,7 @@ source "$(dirname "$0")/guest/lib.sh"
 DEV=rxers0
 
 ktap_print_header
-ktap_set_plan 21
+ktap_set_plan 22
 reset_or_bail
 make_veth veth0 veth1 10.11.0.1/24
 ip -6 addr add fd00:11::1/64 dev veth0 nodad
@@ -18,6 +18,11 @@ check "module rxe_rs is loaded" module_loaded rxe_rs
 check "rdma link show lists $DEV on veth0" \
 	bash -c "rdma link show | grep -E 'link $DEV/1 .*netdev veth0'"
 check "ibv_devices lists $DEV" bash -c "ibv_devices | grep -qw $DEV"
+# The ICRC through the crypto API: its PCLMULQDQ driver where the CPU has the instruction.
+icrc_driver=crc32-generic
+grep -qw pclmulqdq /proc/cpuinfo && icrc_driver=crc32-pclmul
+dmesg | grep "$DEV: added on" | tail -1 | sed 's/^/# /'
+check "the ICRC is computed by $icrc_driver" bash -c "dmesg | grep '$DEV: added on' | tail -1 | grep -q 'ICRC by $icrc_driver\$'"
 
 # Through our provider: libibverbs warns and skips the device when no provider matches it.
 info=$(IBV_SHOW_WARNINGS=1 ibv_devinfo -v -d "$DEV" 2>&1)

@@ -3,6 +3,7 @@
 #include <linux/netdevice.h>
 #include <linux/if_vlan.h>
 #include <linux/crc32.h>
+#include <crypto/hash.h>
 #include <linux/vmalloc.h>
 #include <net/udp_tunnel.h>
 #include <rdma/ib_verbs.h>

@@ -321,3 +321,28 @@ void rxe_rs_helper_nest_cancel(struct sk_buff *msg, struct nlattr *nest)
 {
 	nla_nest_cancel(msg, nest);
 }
+
+void rxe_rs_helper_crypto_free_shash(struct crypto_shash *tfm)
+{
+	crypto_free_shash(tfm);
+}
+
+const char *rxe_rs_helper_crypto_shash_driver_name(struct crypto_shash *tfm)
+{
+	return crypto_shash_driver_name(tfm);
+}
+
+/* The descriptor lives on this frame (SHASH_DESC_ON_STACK); its state is the CRC register. */
+int rxe_rs_helper_crc32_shash_update(struct crypto_shash *tfm, u32 *crc, const u8 *data,
+				     unsigned int len)
+{
+	SHASH_DESC_ON_STACK(desc, tfm);
+	int err;
+
+	desc->tfm = tfm;
+	*(__le32 *)shash_desc_ctx(desc) = cpu_to_le32(*crc);
+	err = crypto_shash_update(desc, data, len);
+	if (!err)
+		*crc = le32_to_cpu(*(__le32 *)shash_desc_ctx(desc));
+	return err;
+}

@@ -20,6 +20,7 @@
 #include <rdma/restrack.h>
 #include <rdma/rdma_netlink.h>
 #include <net/netlink.h>
+#include <crypto/hash.h>
 
 void rxe_rs_helper_dev_hold(struct net_device *ndev);
 void rxe_rs_helper_dev_put(struct net_device *ndev);
@@ -75,5 +76,9 @@ struct ib_udata *rxe_rs_helper_bundle_udata(struct uverbs_attr_bundle *attrs);
 size_t rxe_rs_helper_umem_pages(struct ib_umem *umem, struct page **pages, size_t max);
 struct page *rxe_rs_helper_kva_page(u64 addr);
 void rxe_rs_helper_page_copy(struct page *page, size_t offset, void *buf, size_t len, bool to_page);
+void rxe_rs_helper_crypto_free_shash(struct crypto_shash *tfm);
+const char *rxe_rs_helper_crypto_shash_driver_name(struct crypto_shash *tfm);
+int rxe_rs_helper_crc32_shash_update(struct crypto_shash *tfm, u32 *crc, const u8 *data,
+				     unsigned int len);
 
 #endif

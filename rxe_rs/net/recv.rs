@@ -5,7 +5,6 @@ use crate::{
     counters::Counter,
     device::RxeDevice,
     kext::{
-        crc::KernelCrc32,
         errno::eaddrinuse,
         ib::{Device, DeviceRef},
         netdev::NetDevice,
@@ -47,7 +46,7 @@ impl EncapReceiver for Receiver {
         };
         let outcome = match ip {
             Err(_) => Counter::RcvdMalformed,
-            Ok(ip) => match packet::parse(ip, &KernelCrc32) {
+            Ok(ip) => match packet::parse(ip, &dev.res.crc) {
                 Err(DropReason::Malformed) => Counter::RcvdMalformed,
                 Err(DropReason::BadIcrc) => Counter::RcvdIcrcErr,
                 Ok(d) if d.bth.dest_qp == limits::MULTICAST_QPN => {

@@ -5,7 +5,6 @@
 use crate::{
     counters::Counter,
     kext::{
-        crc::KernelCrc32,
         netdev::NetDevice,
         xmit::{Route, TxDatagram},
     },
@@ -81,7 +80,7 @@ impl<'a> Transmitter<'a> {
         let buf = skb.bytes();
         let payload = frame.write_headers(buf).ok_or(TxError::Dropped)?;
         fill(&mut buf[payload]).map_err(TxError::Payload)?;
-        seal(buf, &KernelCrc32).ok_or(TxError::Dropped)?;
+        seal(buf, &self.res.crc).ok_or(TxError::Dropped)?;
         skb.send(self.route.clone()).map_err(|_| TxError::Dropped)
     }
 }
