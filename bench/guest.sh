@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One guest of `make bench` (scripts/bench.sh): for rxe_rs and then rdma_rxe on both ends of the
-# link, perftest RC bandwidth (64 B..1 MiB) and latency (2 B..4 KiB), then TCP with iperf3. A
-# serves, B connects and records each result as a CSV row in $PAIR_RESULTS/results.csv:
-# stack,test,bytes,metric,value (metric: MB/s for bandwidth, usec for latency, median).
+# link, perftest RC bandwidth (64 B..1 MiB) with the CPU both guests spend per GB, latency
+# (2 B..4 KiB) and the 64-byte message rate with 1 and 4 QPs, then TCP with iperf3 (1 and 4
+# streams). A serves, B connects and records each result as a CSV row in
+# $PAIR_RESULTS/results.csv: stack,test,bytes,metric,value (metric: MB/s for bandwidth, CPU s/GB
+# for both guests' CPU seconds per GB on the link, usec for latency (median), kmsg/s).
 source "$RXE_RS_ROOT/selftests/guest/pair.sh"
 source "$RXE_RS_ROOT/selftests/guest/lib.sh"
 BW_SIZES="64 1024 4096 16384 65536 262144 1048576"
@@ -25,12 +27,44 @@ record() {
 	fi
 }
 
-# A serves, B runs the client and records the row.
+# A serves, B runs the client and records the row. For bandwidth, both guests also measure
+# the CPU they spend per GB on the link (bench/cpu_sample.py), and B records the sum.
 bench_case() {
-	local stack=$1 test=$2 size=$3
+	local stack=$1 test=$2 size=$3 case="$1-$2-$3"
 	shift 3
-	pair_exchange "$stack-$test-$size" "$test" -d "$DEV" -x "$GID" -F -s "$size" "$@" || return 1
-	[[ $PAIR_ROLE == a ]] || record "$stack" "$test" "$size"
+	local sampler= cpu=$PAIR_RESULTS/cpu.$case
+	if [[ $test == *_bw ]]; then
+		python3 "$RXE_RS_ROOT/bench/cpu_sample.py" "$PAIR_DEV" >"$cpu.$PAIR_ROLE" &
+		sampler=$!
+	fi
+	pair_exchange "$case" "$test" -d "$DEV" -x "$GID" -F -s "$size" "$@"
+	local rc=$?
+	if [[ -n $sampler ]]; then
+		kill -TERM "$sampler"
+		wait "$sampler"
+		pair_barrier "$case-cpu"
+	fi
+	((rc == 0)) || return 1
+	[[ $PAIR_ROLE == a ]] && return 0
+	record "$stack" "$test" "$size"
+	[[ -n $sampler ]] && record_cpu "$stack" "$test" "$size" "$cpu"
+}
+
+# Both guests' CPU seconds per GB moved (a row only when both measured).
+record_cpu() {
+	local a b
+	a=$(cat "$4.a" 2>/dev/null) b=$(cat "$4.b" 2>/dev/null)
+	[[ $a =~ ^[0-9.]+$ && $b =~ ^[0-9.]+$ ]] || { echo "# $1 $2 $3: no CPU figure (A: $a, B: $b)"; return 1; }
+	echo "$1,$2,$3,CPU s/GB,$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", a + b }')" >>"$CSV"
+}
+
+# Message rate: the MsgRate column (5th, Mpps) of a bandwidth row, in thousands of messages
+# per second, as "TEST -q N" rows.
+record_rate() {
+	local stack=$1 test=$2 size=$3 qps=$4 row
+	row=$(awk -v s="$size" '$1 == s && NF >= 5 { print; exit }' <<<"$PAIR_OUT")
+	[[ -n $row ]] || { echo "# $stack $test $size -q $qps: no result"; return 1; }
+	echo "$stack,$test -q $qps,$size,kmsg/s,$(awk '{ printf "%.2f", $5 * 1000 }' <<<"$row")" >>"$CSV"
 }
 
 pair_link
@@ -47,29 +81,36 @@ for stack in rxe_rs rdma_rxe; do
 			bench_case "$stack" "$test" "$size" -n 500
 		done
 	done
+	# Message rate at 64 B, one QP and four.
+	for qps in 1 4; do
+		pair_exchange "$stack-rate-$qps" ib_write_bw -d "$DEV" -x "$GID" -F -s 64 -q "$qps" -D 3 &&
+			[[ $PAIR_ROLE == b ]] && record_rate "$stack" ib_write_bw 64 "$qps"
+	done
 done
 reset_modules
 
-# TCP on the same link, for scale.
-pair_barrier tcp
-if [[ $PAIR_ROLE == a ]]; then
-	timeout 90 iperf3 -s -1 >"$PAIR_RESULTS/iperf3-server.log" 2>&1
-else
-	# Retried while the server is not listening yet: an attempt counts only if its JSON has a
-	# result (iperf3 -J has exited 0 with "connection refused" in it). The last attempt stays
-	# in iperf3-client.log (.err).
-	for _ in $(seq 30); do
-		out=$(timeout 60 iperf3 -c "$PAIR_PEER_IP" -t 5 -J 2>"$PAIR_RESULTS/iperf3-client.err")
-		bps=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"])' <<<"$out" 2>/dev/null)
-		[[ -n $bps ]] && break
-		sleep 1
-	done
-	echo "$out" >"$PAIR_RESULTS/iperf3-client.log"
-	# No row when it failed: the report shows "-" and `make bench` fails, rather than a 0.
-	if [[ -n $bps ]]; then
-		awk -v b="$bps" 'BEGIN { printf "tcp,iperf3,131072,MB/s,%.2f\n", b / 8e6 }' >>"$CSV"
+# TCP on the same link, for scale: one stream, then four.
+for streams in 1 4; do
+	pair_barrier "tcp-$streams"
+	if [[ $PAIR_ROLE == a ]]; then
+		timeout 90 iperf3 -s -1 >"$PAIR_RESULTS/iperf3-server-$streams.log" 2>&1
 	else
-		echo "# iperf3 failed: see iperf3-client.log"
+		# Retried while the server is not listening yet: an attempt counts only if its JSON
+		# has a result (iperf3 -J has exited 0 with "connection refused" in it). The last
+		# attempt stays in iperf3-client-N.log (.err).
+		for _ in $(seq 30); do
+			out=$(timeout 60 iperf3 -c "$PAIR_PEER_IP" -t 5 -P "$streams" -J 2>"$PAIR_RESULTS/iperf3-client-$streams.err")
+			bps=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"])' <<<"$out" 2>/dev/null)
+			[[ -n $bps ]] && break
+			sleep 1
+		done
+		echo "$out" >"$PAIR_RESULTS/iperf3-client-$streams.log"
+		# No row when it failed: the report shows "-" and `make bench` fails, rather than a 0.
+		if [[ -n $bps ]]; then
+			awk -v b="$bps" -v n="$streams" 'BEGIN { printf "tcp,iperf3 -P %d,131072,MB/s,%.2f\n", n, b / 8e6 }' >>"$CSV"
+		else
+			echo "# iperf3 -P $streams failed: see iperf3-client-$streams.log"
+		fi
 	fi
-fi
+done
 pair_barrier done

@@ -197,7 +197,11 @@ pub unsafe extern "C" fn poll_cq(ibcq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -
         consumer = consumer.wrapping_add(1);
         polled += 1;
     }
-    ring.set_consumer(consumer);
+    // An empty poll leaves the index alone: busy pollers would otherwise write the line the
+    // kernel's producer reads on every call.
+    if polled > 0 {
+        ring.set_consumer(consumer);
+    }
     polled
 }
 
