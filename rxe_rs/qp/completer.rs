@@ -173,6 +173,7 @@ fn ack(qp: &QpInner, s: &mut QpLocked, aeth: Aeth, psn: Psn) -> core::result::Re
         AfterAck::Nothing => {}
         AfterAck::RetryFrom(p) => {
             qp.count(Counter::Retransmits);
+            s.req.window.on_loss();
             s.req.q.rewind(p);
         }
         AfterAck::RnrRetry(timer, p) => {

@@ -8,11 +8,19 @@
 //! duplicates it must acknowledge one by one; against rdma_rxe, which queues every packet for
 //! its responder without bound, that loop never ends (found with a 1 MiB `ibv_rc_pingpong`
 //! between TCG VMs).
+//!
+//! A lost packet (a PSN sequence error NAK, or an ACK past a READ whose responses did not come)
+//! halves the window, down to [`MIN_WINDOW_AFTER_LOSS`], and from there acknowledgements widen
+//! it by one packet each. A sender faster than its receiver otherwise overruns it a full window
+//! at a time, and go-back-N resends each whole window: between TCG VMs, where the receiver
+//! drops what it cannot take, that was four packets sent for every one delivered.
 
 use super::timers::ack_timeout_ns;
 
 /// The largest window, in packets.
 pub const MAX_WINDOW: u32 = 128;
+/// A loss never halves the window below this.
+pub const MIN_WINDOW_AFTER_LOSS: u32 = 8;
 /// Consecutive timeouts double the wait at most this many times.
 pub const MAX_BACKOFF: u8 = 6;
 
@@ -20,6 +28,8 @@ pub const MAX_BACKOFF: u8 = 6;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SendWindow {
     limit: u32,
+    /// Up to here acknowledgements double the window, past it they add one packet.
+    threshold: u32,
     backoff: u8,
 }
 
@@ -27,6 +37,7 @@ impl Default for SendWindow {
     fn default() -> Self {
         Self {
             limit: MAX_WINDOW,
+            threshold: MAX_WINDOW,
             backoff: 0,
         }
     }
@@ -51,12 +62,27 @@ impl SendWindow {
 
     /// An acknowledgement moved things forward.
     pub fn on_progress(&mut self) {
-        self.limit = (self.limit * 2).min(MAX_WINDOW);
+        self.limit = if self.limit < self.threshold {
+            (self.limit * 2).min(self.threshold)
+        } else {
+            self.limit + 1
+        }
+        .min(MAX_WINDOW);
         self.backoff = 0;
+    }
+
+    /// A packet was lost (the responder asked for it again): halve the window.
+    pub fn on_loss(&mut self) {
+        self.threshold = (self.limit / 2).max(MIN_WINDOW_AFTER_LOSS);
+        self.limit = self.limit.min(self.threshold);
     }
 
     /// The retransmission timer expired without progress.
     pub fn on_timeout(&mut self) {
+        // A window of one cannot halve: the threshold stays what the last loss left.
+        if self.limit > 1 {
+            self.threshold = (self.limit / 2).max(MIN_WINDOW_AFTER_LOSS);
+        }
         self.limit = 1;
         self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
     }
@@ -86,7 +112,38 @@ mod tests {
             w.on_progress();
             w.limit()
         });
-        assert_eq!(limits, [2, 4, 8, 16, 32, 64, 128, 128]);
+        assert_eq!(limits, [2, 4, 8, 16, 32, 64, 65, 66], "doubling up to half, then +1");
+    }
+
+    #[test]
+    fn a_loss_halves_and_acks_widen_by_one() {
+        let mut w = SendWindow::default();
+        w.on_loss();
+        assert_eq!(w.limit(), 64);
+        w.on_progress();
+        w.on_progress();
+        assert_eq!(w.limit(), 66);
+        for _ in 0..10 {
+            w.on_loss();
+        }
+        assert_eq!(w.limit(), MIN_WINDOW_AFTER_LOSS, "floor");
+        for _ in 0..1000 {
+            w.on_progress();
+        }
+        assert_eq!(w.limit(), MAX_WINDOW, "ceiling");
+    }
+
+    #[test]
+    fn timeouts_in_a_row_keep_the_threshold_of_the_first() {
+        let mut w = SendWindow::default();
+        w.on_timeout();
+        w.on_timeout();
+        w.on_timeout();
+        let limits: [u32; 7] = core::array::from_fn(|_| {
+            w.on_progress();
+            w.limit()
+        });
+        assert_eq!(limits, [2, 4, 8, 16, 32, 64, 65]);
     }
 
     #[test]
