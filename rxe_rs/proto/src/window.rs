@@ -112,7 +112,11 @@ mod tests {
             w.on_progress();
             w.limit()
         });
-        assert_eq!(limits, [2, 4, 8, 16, 32, 64, 65, 66], "doubling up to half, then +1");
+        assert_eq!(
+            limits,
+            [2, 4, 8, 16, 32, 64, 65, 66],
+            "doubling up to half, then +1"
+        );
     }
 
     #[test]
