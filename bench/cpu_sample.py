@@ -1,10 +1,12 @@
-"""CPU time per GB moved, as one guest of `make bench` sees it.
+"""Kernel CPU time while a benchmark moves data, as one guest of `make bench` sees it.
 
 Usage: cpu_sample.py NETDEV   (runs until SIGTERM, then prints one number or "-")
-Samples the guest's busy CPU time (/proc/stat: all but idle and iowait) and the bytes its link
-moved (rx + tx of NETDEV) every 0.2 s. At the end it prints the CPU seconds per GB over the
-intervals in which the link ran at half its peak rate or more: the steady part of the run,
-without the tools' setup and teardown, which a whole-run figure would mix in.
+Samples the guest's kernel CPU time (/proc/stat: system, irq and softirq; user time is left
+out because perftest busy-polls its CQ, which would make every busy guest look 100% used)
+and the bytes its link moved (rx + tx of NETDEV) every 0.2 s. At the end it prints the
+kernel CPU seconds per second over the intervals in which the link ran at half its peak rate
+or more: the steady part of the run, without the tools' setup and teardown. The caller
+divides by the payload rate perftest reports to get CPU seconds per GB.
 """
 import os
 import signal
@@ -12,13 +14,17 @@ import sys
 import time
 
 INTERVAL_S = 0.2
+stop = []
+# Installed before anything else: a SIGTERM that comes early still ends with a line.
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
 
 
-def busy_ticks():
+def ticks():
+    """(kernel, total) clock ticks so far."""
     with open("/proc/stat") as f:
+        # user nice system idle iowait irq softirq steal
         fields = [int(x) for x in f.readline().split()[1:9]]
-    # user nice system idle iowait irq softirq steal
-    return sum(fields) - fields[3] - fields[4]
+    return fields[2] + fields[5] + fields[6], sum(fields)
 
 
 def link_bytes(netdev):
@@ -29,26 +35,31 @@ def link_bytes(netdev):
     return total
 
 
-def steady_cpu_s_per_gb(samples, hz):
-    steps = [(c1 - c0, b1 - b0) for (c0, b0), (c1, b1) in zip(samples, samples[1:])]
-    peak = max((b for _, b in steps), default=0)
-    steady = [(c, b) for c, b in steps if peak and b * 2 >= peak]
-    moved = sum(b for _, b in steady)
-    if not moved:
+def steady_kernel_share(samples):
+    """Kernel ticks / all ticks over the intervals at half the peak link rate or more."""
+    steps = [
+        (k1 - k0, t1 - t0, b1 - b0)
+        for (k0, t0, b0), (k1, t1, b1) in zip(samples, samples[1:])
+    ]
+    peak = max((b for _, _, b in steps), default=0)
+    steady = [(k, t) for k, t, b in steps if peak and b * 2 >= peak]
+    total = sum(t for _, t in steady)
+    if not total:
         return None
-    return sum(c for c, _ in steady) / hz / (moved / 1e9)
+    return sum(k for k, _ in steady) / total
+
+
+def sample(netdev):
+    return ticks() + (link_bytes(netdev),)
 
 
 def main(netdev):
-    hz = os.sysconf("SC_CLK_TCK")
-    stop = []
-    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    samples = [(busy_ticks(), link_bytes(netdev))]
+    samples = [sample(netdev)]
     while not stop:
         time.sleep(INTERVAL_S)
-        samples.append((busy_ticks(), link_bytes(netdev)))
-    value = steady_cpu_s_per_gb(samples, hz)
-    print("-" if value is None else f"{value:.2f}")
+        samples.append(sample(netdev))
+    value = steady_kernel_share(samples)
+    print("-" if value is None else f"{value:.3f}")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # One guest of `make bench` (scripts/bench.sh): for rxe_rs and then rdma_rxe on both ends of the
-# link, perftest RC bandwidth (64 B..1 MiB) with the CPU both guests spend per GB, latency
+# link, perftest RC bandwidth (64 B..1 MiB) with the kernel CPU both guests spend per GB, latency
 # (2 B..4 KiB) and the 64-byte message rate with 1 and 4 QPs, then TCP with iperf3 (1 and 4
 # streams). A serves, B connects and records each result as a CSV row in
 # $PAIR_RESULTS/results.csv: stack,test,bytes,metric,value (metric: MB/s for bandwidth, CPU s/GB
-# for both guests' CPU seconds per GB on the link, usec for latency (median), kmsg/s).
+# for both guests' kernel CPU seconds per GB of payload, usec for latency (median), kmsg/s).
 source "$RXE_RS_ROOT/selftests/guest/pair.sh"
 source "$RXE_RS_ROOT/selftests/guest/lib.sh"
 BW_SIZES="64 1024 4096 16384 65536 262144 1048576"
@@ -28,7 +28,8 @@ record() {
 }
 
 # A serves, B runs the client and records the row. For bandwidth, both guests also measure
-# the CPU they spend per GB on the link (bench/cpu_sample.py), and B records the sum.
+# their kernel's share of the CPU while data flows (bench/cpu_sample.py); B records both
+# guests' kernel CPU seconds per GB of payload.
 bench_case() {
 	local stack=$1 test=$2 size=$3 case="$1-$2-$3"
 	shift 3
@@ -50,12 +51,16 @@ bench_case() {
 	[[ -n $sampler ]] && record_cpu "$stack" "$test" "$size" "$cpu"
 }
 
-# Both guests' CPU seconds per GB moved (a row only when both measured).
+# Both guests' kernel CPU seconds per GB of payload: their kernel CPU shares (seconds per
+# second) over the payload rate of the bandwidth row just recorded (a row only when both
+# guests measured).
 record_cpu() {
-	local a b
+	local a b mbs
 	a=$(cat "$4.a" 2>/dev/null) b=$(cat "$4.b" 2>/dev/null)
-	[[ $a =~ ^[0-9.]+$ && $b =~ ^[0-9.]+$ ]] || { echo "# $1 $2 $3: no CPU figure (A: $a, B: $b)"; return 1; }
-	echo "$1,$2,$3,CPU s/GB,$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", a + b }')" >>"$CSV"
+	mbs=$(awk -F, -v s="$1" -v t="$2" -v n="$3" '$1 == s && $2 == t && $3 == n && $4 == "MB/s" { v = $5 } END { print v }' "$CSV")
+	[[ $a =~ ^[0-9.]+$ && $b =~ ^[0-9.]+$ && $mbs =~ ^[0-9.]+$ ]] && awk -v m="$mbs" 'BEGIN { exit !(m > 0) }' ||
+		{ echo "# $1 $2 $3: no CPU figure (A: $a, B: $b, MB/s: $mbs)"; return 1; }
+	echo "$1,$2,$3,CPU s/GB,$(awk -v a="$a" -v b="$b" -v m="$mbs" 'BEGIN { printf "%.2f", (a + b) * 1000 / m }')" >>"$CSV"
 }
 
 # Message rate: the MsgRate column (5th, Mpps) of a bandwidth row, in thousands of messages

@@ -42,7 +42,7 @@ def plot(out, rows):
             for test in dict.fromkeys(r[0] for r in rows if r[2] == metric):
                 f.write(f'"{test}"\n')
                 for t, size, m, ours, theirs, _ in rows:
-                    if t == test:
+                    if t == test and m == metric:
                         f.write(f"{size} {ours if ours is not None else '?'} {theirs if theirs is not None else '?'}\n")
                 f.write("\n\n")
     bw_tests = list(dict.fromkeys(r[0] for r in rows if r[2] == "MB/s"))

@@ -24,14 +24,26 @@ unsafe impl Sync for KernelCrc32 {}
 
 impl KernelCrc32 {
     /// The crypto API's fastest "crc32" (loads its module if need be: process context), or
-    /// `crc32_le` when there is none.
+    /// `crc32_le` when there is none, or when its state is not the bare 32-bit register the
+    /// update helper hands it.
     pub(crate) fn new() -> Self {
         // SAFETY: a NUL-terminated name; returns a transform or an `ERR_PTR`.
         let tfm = from_err_ptr(unsafe {
             bindings::crypto_alloc_shash(c_str!("crc32").as_char_ptr(), 0, 0)
         });
-        Self {
+        let engine = Self {
             tfm: tfm.ok().and_then(NonNull::new),
+        };
+        let usable = engine.tfm.is_some_and(|tfm| {
+            // SAFETY: a live transform.
+            let state = unsafe { bindings::rxe_rs_helper_crypto_shash_descsize(tfm.as_ptr()) };
+            state as usize == core::mem::size_of::<u32>()
+        });
+        if usable {
+            engine
+        } else {
+            // An unusable transform is freed as `engine` goes.
+            Self { tfm: None }
         }
     }
 

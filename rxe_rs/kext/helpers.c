@@ -332,17 +332,26 @@ const char *rxe_rs_helper_crypto_shash_driver_name(struct crypto_shash *tfm)
 	return crypto_shash_driver_name(tfm);
 }
 
-/* The descriptor lives on this frame (SHASH_DESC_ON_STACK); its state is the CRC register. */
+unsigned int rxe_rs_helper_crypto_shash_descsize(struct crypto_shash *tfm)
+{
+	return crypto_shash_descsize(tfm);
+}
+
+/*
+ * The descriptor lives on this frame (SHASH_DESC_ON_STACK); the "crc32" drivers keep the CRC
+ * register in it as a native u32 (the caller checked its size).
+ */
 int rxe_rs_helper_crc32_shash_update(struct crypto_shash *tfm, u32 *crc, const u8 *data,
 				     unsigned int len)
 {
 	SHASH_DESC_ON_STACK(desc, tfm);
+	u32 *state = shash_desc_ctx(desc);
 	int err;
 
 	desc->tfm = tfm;
-	*(__le32 *)shash_desc_ctx(desc) = cpu_to_le32(*crc);
+	*state = *crc;
 	err = crypto_shash_update(desc, data, len);
 	if (!err)
-		*crc = le32_to_cpu(*(__le32 *)shash_desc_ctx(desc));
+		*crc = *state;
 	return err;
 }

@@ -78,6 +78,7 @@ struct page *rxe_rs_helper_kva_page(u64 addr);
 void rxe_rs_helper_page_copy(struct page *page, size_t offset, void *buf, size_t len, bool to_page);
 void rxe_rs_helper_crypto_free_shash(struct crypto_shash *tfm);
 const char *rxe_rs_helper_crypto_shash_driver_name(struct crypto_shash *tfm);
+unsigned int rxe_rs_helper_crypto_shash_descsize(struct crypto_shash *tfm);
 int rxe_rs_helper_crc32_shash_update(struct crypto_shash *tfm, u32 *crc, const u8 *data,
 				     unsigned int len);
 

@@ -173,7 +173,7 @@ fn ack(qp: &QpInner, s: &mut QpLocked, aeth: Aeth, psn: Psn) -> core::result::Re
         AfterAck::Nothing => {}
         AfterAck::RetryFrom(p) => {
             qp.count(Counter::Retransmits);
-            s.req.window.on_loss();
+            s.req.window.on_loss(s.req.q.acked_psn, s.req.q.sent_end);
             s.req.q.rewind(p);
         }
         AfterAck::RnrRetry(timer, p) => {
@@ -293,7 +293,7 @@ fn timer_expired_locked(qp: &QpInner, s: &mut QpLocked) {
         if s.comp.retries_left != RETRY_FOREVER {
             s.comp.retries_left -= 1;
         }
-        s.req.window.on_timeout();
+        s.req.window.on_timeout(s.req.q.acked_psn, s.req.q.sent_end);
         qp.count(Counter::Retransmits);
         // Resend from the oldest unacknowledged packet.
         s.req.q.on_timeout();

@@ -68,10 +68,11 @@ cm_exchange() {
 			# B's client is killed mid-run: its process exit sends a DREQ, and this server
 			# must see the disconnect and exit on its own, well before its timeout.
 			local out rc
-			out=$(timeout 120 rping -s -a "$PAIR_MY_IP" -C 1000000 -v 2>&1)
+			# (Within the 60 s the exchange gives a side after its peer is done.)
+			out=$(timeout 50 rping -s -a "$PAIR_MY_IP" -C 1000000 -v 2>&1)
 			rc=$?
 			tail -3 <<<"$out"
-			((rc != 124)) || { echo "rping server: no disconnect within 120 s"; return 1; }
+			((rc != 124)) || { echo "rping server: no disconnect within 50 s"; return 1; }
 			grep -q DISCONNECT <<<"$out"
 			;;
 		mckey)
