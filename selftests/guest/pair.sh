@@ -164,5 +164,15 @@ pair_diagnose() {
 		echo "# diagnose: $PAIR_PEER_IP does not answer ping; neighbours: $(ip neigh show dev "$PAIR_DEV" | tr '\n' ';')"
 	fi
 	echo "# diagnose: rdma links: $(rdma link show 2>&1 | tr '\n' ';')"
+	# The port counters and the connection manager's MAD counts (a REQ that got no answer shows
+	# as tx retries here and as rx on the peer, or not), nonzero ones only.
+	echo "# diagnose: counters: $(rdma statistic show 2>/dev/null | awk '{ for (i = 1; i <= NF; i++)
+		if ($i ~ /^[a-z_]+$/ && $(i + 1) ~ /^[0-9]+$/) { if ($(i + 1) != 0) printf "%s=%s ", $i, $(i + 1); i++ }
+		else printf "%s ", $i }')"
+	local f cm=
+	for f in /sys/class/infiniband_cm/*/1/cm_{tx_msgs,tx_retries,rx_msgs,rx_duplicates}/*; do
+		[[ -r $f && $(cat "$f") != 0 ]] && cm+="${f#/sys/class/infiniband_cm/}=$(cat "$f") "
+	done
+	echo "# diagnose: cm: $cm"
 	dmesg | tail -n 5 | sed 's/^/# diagnose: dmesg: /'
 }
