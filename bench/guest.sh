@@ -20,6 +20,8 @@ record() {
 	if [[ $test == *_bw ]]; then
 		unit=$(grep -oE 'BW average\[[A-Za-z/]+\]' <<<"$PAIR_OUT" | head -1)
 		value=$(awk '{ print $4 }' <<<"$row")
+		# perftest's -D mode sometimes prints 0.00 for a run that moved data: no figure, not 0.
+		awk -v v="$value" 'BEGIN { exit !(v > 0) }' || { echo "# $stack $test $size: perftest printed $value MB/s"; return 1; }
 		[[ $unit == *Gb/sec* ]] && value=$(awk -v v="$value" 'BEGIN { printf "%.2f", v * 1000 / 8 }')
 		echo "$stack,$test,$size,MB/s,$value" >>"$CSV"
 	else
