@@ -5,8 +5,15 @@
 //!
 //! Slots live in chunks allocated (in process context, before the lock is taken) as the table
 //! grows, and never move; freed slots are linked through themselves into a FIFO list. So the
-//! table's memory is bounded by the most objects it ever held, however many come and go, and
-//! nothing larger than the small chunk directory is allocated under its BH-safe lock.
+//! table's memory is bounded by the most objects it ever held (rounded up to a chunk), however
+//! many come and go, and nothing larger than the small chunk directory is allocated under its
+//! IRQ-safe lock.
+//!
+//! Indices are handed out cyclically, as rdma_rxe's `xa_alloc_cyclic` does: every never-used
+//! slot of the allocated chunks comes before a freed one, and freed ones come back oldest first.
+//! A destroyed QP's number thus stays unused for a long while, so that a peer's ib_cm does not
+//! take a new connection for a stale one (it rejects a REQ whose QPN is still in time-wait), and
+//! a stale MR key or late packet does not hit a new object.
 
 use crate::kext::lock::{new_spinlock_irq, SpinLockIrq};
 use kernel::alloc::Flags;
@@ -138,25 +145,25 @@ impl<T> IndexTable<T> {
         }
     }
 
-    /// Reserves a slot: the oldest free one, or a new one (allocating a chunk, outside the
-    /// lock, when the table is full up to its capacity).
+    /// Reserves a slot: a never-used one of the allocated chunks, else the oldest free one,
+    /// else a new one (allocating a chunk, outside the lock).
     fn reserve(&self, gfp: Flags) -> Result<u32> {
         loop {
             {
                 let mut t = self.inner.lock();
-                if let Some(slot) = t.pop_free() {
-                    return Ok(slot);
-                }
-                if t.used_end >= self.max {
-                    return Err(ENOMEM);
-                }
-                if t.used_end < t.capacity() {
+                if t.used_end < t.capacity().min(self.max) {
                     let slot = t.used_end;
                     t.used_end += 1;
                     if let Some(entry) = t.slot_mut(slot) {
                         *entry = Slot::Reserved;
                     }
                     return Ok(slot);
+                }
+                if let Some(slot) = t.pop_free() {
+                    return Ok(slot);
+                }
+                if t.used_end >= self.max {
+                    return Err(ENOMEM);
                 }
             }
             // Not charged to the caller: the chunk lives as long as the device.

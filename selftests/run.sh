@@ -35,6 +35,10 @@ for v in RXE_RS_HOSTILE_PACKETS RXE_RS_LOSSY_MIB RXE_RS_IMPAIRMENT RXE_RS_LOSSY_
 done
 
 passed=0 failed=0 skipped=0
+# "LOG:LINE" of each failed result, shown again at the very end (CI keeps only a log's tail).
+failures=()
+# Guests that did not finish and scripts that did not exit cleanly, also repeated at the end.
+failure_notes=()
 phase_start=$SECONDS
 # Appends "NAME: N s" (since the previous phase) to the phase list check.sh prints at the end.
 phase_done() {
@@ -52,8 +56,10 @@ count() {
 		s=$(grep -cE '^ok .*# SKIP' "$log")
 		f=$(grep -cE '^not ok ' "$log")
 		passed=$((passed + p - s)) skipped=$((skipped + s)) failed=$((failed + f))
+		while IFS=: read -r n _; do failures+=("$log:$n"); done < <(grep -nE '^not ok ' "$log")
 		if ! grep -q '^# suite: done' "$log"; then
-			echo "selftests: the guest of $log did not finish (crash, hang or timeout)"
+			failure_notes+=("selftests: the guest of $log did not finish (crash, hang or timeout)")
+			echo "${failure_notes[-1]}"
 			failed=$((failed + 1))
 		fi
 	done
@@ -61,7 +67,8 @@ count() {
 	for t in "$@"; do
 		name=$(basename "$t" .sh)
 		if ! grep -q "^# selftest: $name exit=0" "${logs[@]}"; then
-			echo "selftests: $name did not exit cleanly (see ${logs[*]})"
+			failure_notes+=("selftests: $name did not exit cleanly (see ${logs[*]})")
+			echo "${failure_notes[-1]}"
 			failed=$((failed + 1))
 		fi
 	done
@@ -161,5 +168,14 @@ if ((${#pair_tests[@]})); then
 	[[ -n $overlap ]] || start_pairs
 	finish_pairs
 fi
+# Each failure again, with the diagnostics its test printed just before it (the first few).
+shown=0
+for at in "${failures[@]}"; do
+	((shown++ < 4)) || { echo "selftests: $((${#failures[@]} - 4)) more failure(s) not shown here"; break; }
+	log=${at%:*} n=${at##*:}
+	echo "selftests: FAILED in $log, line $n, after:"
+	sed -n "$((n > 30 ? n - 30 : 1)),${n}p" "$log" | cut -c1-300 | sed 's/^/  | /'
+done
+for note in "${failure_notes[@]}"; do echo "$note"; done
 echo "selftests: $passed passed, $failed failed, $skipped skipped"
 ((failed == 0 && passed > 0))
