@@ -99,6 +99,7 @@ pair_exchange() {
 	local t0=$SECONDS
 	pair_barrier "$case" || { echo "# the peer never reached $case"; return 1; }
 	local t1=$SECONDS
+	cm_trace_restart
 	local done_mark=$PAIR_RESULTS/$PAIR_ROLE.$case.done peer_done=$PAIR_RESULTS/$peer.$case.done
 	local listening=$PAIR_RESULTS/a.$case.listening
 	local limit=${PAIR_CASE_TIMEOUT:-150} rc
@@ -155,6 +156,17 @@ pair_run_bounded() {
 	return $rc
 }
 
+# The connection managers' trace events (ib_cm's "ib_cma", rdma_cm's "rdma_cma"; on once their
+# modules are loaded), emptied for each exchange so that a failure shows its own REQ/REP/REJ.
+cm_trace_restart() {
+	local t=/sys/kernel/tracing sys
+	mountpoint -q $t || mount -t tracefs nodev $t 2>/dev/null || return 0
+	for sys in ib_cma rdma_cma; do
+		[[ -w $t/events/$sys/enable ]] && echo 1 >"$t/events/$sys/enable"
+	done
+	: >"$t/trace"
+}
+
 # What a failed exchange needs explained: can we reach the peer, which RDMA links exist, and
 # the kernel's last words.
 pair_diagnose() {
@@ -170,9 +182,17 @@ pair_diagnose() {
 		if ($i ~ /^[a-z_]+$/ && $(i + 1) ~ /^[0-9]+$/) { if ($(i + 1) != 0) printf "%s=%s ", $i, $(i + 1); i++ }
 		else printf "%s ", $i }')"
 	local f cm=
-	for f in /sys/class/infiniband_cm/*/1/cm_{tx_msgs,tx_retries,rx_msgs,rx_duplicates}/*; do
-		[[ -r $f && $(cat "$f") != 0 ]] && cm+="${f#/sys/class/infiniband_cm/}=$(cat "$f") "
+	# (Per port since 5.14: /sys/class/infiniband/DEV/ports/N/cm_tx_msgs/req and so on.)
+	for f in /sys/class/infiniband/*/ports/*/cm_{tx_msgs,tx_retries,rx_msgs,rx_duplicates}/*; do
+		[[ -r $f && $(cat "$f") != 0 ]] && cm+="$(cut -d/ -f5,8,9 <<<"$f")=$(cat "$f") "
 	done
 	echo "# diagnose: cm: $cm"
+	# This exchange's connection manager events: the first and the last ones.
+	local events
+	events=$(grep -v '^#' /sys/kernel/tracing/trace 2>/dev/null | sed 's/^ *//' | cut -c1-220)
+	if (($(wc -l <<<"$events") > 50)); then
+		events="$(head -n 25 <<<"$events")"$'\n...\n'"$(tail -n 25 <<<"$events")"
+	fi
+	[[ -n $events ]] && sed 's/^/# diagnose: trace: /' <<<"$events"
 	dmesg | tail -n 5 | sed 's/^/# diagnose: dmesg: /'
 }
