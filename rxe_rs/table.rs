@@ -9,11 +9,12 @@
 //! many come and go, and nothing larger than the small chunk directory is allocated under its
 //! IRQ-safe lock.
 //!
-//! Indices are handed out cyclically, as rdma_rxe's `xa_alloc_cyclic` does: every never-used
-//! slot of the allocated chunks comes before a freed one, and freed ones come back oldest first.
-//! A destroyed QP's number thus stays unused for a long while, so that a peer's ib_cm does not
-//! take a new connection for a stale one (it rejects a REQ whose QPN is still in time-wait), and
-//! a stale MR key or late packet does not hit a new object.
+//! Indices are handed out nearly cyclically, in the spirit of rdma_rxe's `xa_alloc_cyclic`:
+//! every never-used slot of the allocated chunks comes before a freed one, and freed ones come
+//! back oldest first. So a destroyed QP's number usually stays unused for a long while (at
+//! least until the first chunk is used up), and a peer's ib_cm, which rejects a connection whose
+//! QPN it still holds in time-wait, or a stale MR key or late packet, rarely meets a new object
+//! under an old name.
 
 use crate::kext::lock::{new_spinlock_irq, SpinLockIrq};
 use kernel::alloc::Flags;
@@ -173,9 +174,15 @@ impl<T> IndexTable<T> {
                 chunk.push(Slot::Free(NONE), gfp)?;
             }
             let mut t = self.inner.lock();
-            // Another insert may have added one meanwhile: then ours is dropped (after the lock).
-            if t.used_end >= t.capacity() {
-                // The directory itself is small (one entry per CHUNK slots).
+            // Another insert may have added one meanwhile: then ours is dropped (after the lock,
+            // as it may have been vmalloc'ed).
+            if t.used_end >= t.capacity() && t.capacity() < self.max {
+                // The directory itself is small (one entry per CHUNK slots). Room first, so
+                // that the push cannot fail and free the chunk under the lock.
+                if t.chunks.reserve(1, GFP_ATOMIC).is_err() {
+                    drop(t);
+                    return Err(ENOMEM);
+                }
                 t.chunks.push(chunk, GFP_ATOMIC)?;
             }
         }

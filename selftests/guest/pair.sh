@@ -60,6 +60,7 @@ pair_barrier() {
 # Brings up STACK (rxe_rs or rdma_rxe) on the link; sets DEV and GID.
 pair_stack_up() {
 	local t0=$SECONDS
+	cm_trace_restart # (a failure here must not show the last exchange's events)
 	reset_modules
 	local type=rxe_rs t1=$SECONDS
 	DEV=rxers0
