@@ -153,7 +153,7 @@ pairing() {
 			PAIR_PORT=$(cm_port "${cmd[1]}") check "$label ${cmd[1]} over rdma_cm ($role)" pair_exchange "$label-cm-${cmd[1]}" cm_exchange "${cmd[1]}"
 		elif [[ " ${cmd[*]} " == *" -R "* ]]; then
 			# Connected by rdma_cm: no GID index to give.
-			check "$label $line ($role)" pair_exchange "$label-$line" "${cmd[0]}" -d "$DEV" "${cmd[@]:1}"
+			check "$label $line ($role)" pair_exchange_perftest_cm "$label-$line" "${cmd[0]}" -d "$DEV" "${cmd[@]:1}"
 		elif [[ ${cmd[0]} == pair_ud.py ]]; then
 			PAIR_PORT=18701 check "$label pair_ud.py: UD bytes and echoes intact ($role)" pair_exchange "$label-ud-data" ud_data_exchange
 		else
