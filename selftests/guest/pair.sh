@@ -166,6 +166,7 @@ pair_run_bounded() {
 		if ((SECONDS >= deadline)); then
 			why="still running after $limit s"
 			[[ -e $peer_done ]] && why="still running 60 s after the peer was done"
+			why+=" ($(pair_process_state "$pid"))"
 			kill -9 "$pid" 2>/dev/null
 			break
 		fi
@@ -177,6 +178,16 @@ pair_run_bounded() {
 	PAIR_OUT=$(cat "$out")
 	[[ -z $why ]] || PAIR_OUT+=$'\n'"pair: $1 stopped: $why"
 	return $rc
+}
+
+# Where process PID (and its children) are: state, wait channel and kernel stack, so that a
+# process stuck in the kernel is told apart from one that is still working or already a zombie.
+pair_process_state() {
+	local p
+	for p in $1 $(pgrep -P "$1"); do
+		echo -n "pid $p $(cut -d' ' -f2,3 "/proc/$p/stat" 2>/dev/null) wchan $(cat "/proc/$p/wchan" 2>/dev/null)"
+		echo -n " stack $(awk '{ print $1 }' "/proc/$p/stack" 2>/dev/null | head -8 | tr '\n' ' ')"
+	done
 }
 
 # What a failed exchange needs explained: can we reach the peer, which RDMA links exist, and
