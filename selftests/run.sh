@@ -7,8 +7,8 @@
 #   selftests/run.sh [TEST.sh ...]      (default: every single-VM test, and beside them the pair
 #                                        tests; scripts under pair/ run on the pair of VMs)
 #   RXE_RS_VMS=N: how many guests share the single-VM scripts (default 2)
-#   RXE_RS_TEST_TIMEOUT=S: a script's time limit in the guest (default 900; pair scripts 2700)
-#   RXE_RS_VM_TIMEOUT=S: a single-VM guest's time limit (default 1800)
+#   RXE_RS_TEST_TIMEOUT=S: a script's time limit in the guest (default 1200; pair scripts 3300)
+#   RXE_RS_VM_TIMEOUT=S: a single-VM guest's time limit (default 3000)
 #   RXE_RS_VM_MEMORY=M: a single-VM guest's memory (default 2G)
 #   RXE_RS_OVERLAP=0: the pair phase after the single-VM one, not beside it (default 1: the pair
 #     scripts wait on each other's steps and leave CPU idle, which the single-VM guests take)
@@ -82,10 +82,10 @@ start_pairs() {
 	mkdir -p "$pair_dir"
 	echo "selftests: booting two VMs for ${#pair_tests[@]} pair test script(s); logs: $pair_dir"
 	(
-		"$RXE_RS_ROOT/scripts/vm-pair.sh" --impairable --timeout 3000 "$pair_dir" \
-			-- env "${knobs[@]}" RXE_RS_TEST_TIMEOUT=2700 RXE_RS_SUITE_LOG="$pair_dir/suite-a.log" \
+		"$RXE_RS_ROOT/scripts/vm-pair.sh" --impairable --timeout 3900 "$pair_dir" \
+			-- env "${knobs[@]}" RXE_RS_TEST_TIMEOUT=3300 RXE_RS_SUITE_LOG="$pair_dir/suite-a.log" \
 			bash "$here/guest/run-suite.sh" "${pair_tests[@]}" \
-			-- env "${knobs[@]}" RXE_RS_TEST_TIMEOUT=2700 RXE_RS_SUITE_LOG="$pair_dir/suite-b.log" \
+			-- env "${knobs[@]}" RXE_RS_TEST_TIMEOUT=3300 RXE_RS_SUITE_LOG="$pair_dir/suite-b.log" \
 			bash "$here/guest/run-suite.sh" "${pair_tests[@]}"
 		date +%s >"$pair_dir/.end"
 	) >"$results/pair-phase.out" 2>&1 &
@@ -115,12 +115,14 @@ overlap=
 if ((${#single_vm_tests[@]})); then
 	# Single-VM scripts run in RXE_RS_VMS guests at once (default 2: the scripts are mostly one
 	# process at a time, so two 2-CPU guests keep both host cores busy). The guests share one
-	# list, costliest first (seconds measured under TCG; new scripts count 300): each runs the
-	# next script no guest has taken (run-suite.sh, RXE_RS_QUEUE), so they end together.
-	declare -A cost=([rxe_rs_lifecycle]=410 [rxe_rs_recv]=350 [rxe_rs_hostile_peer]=320 [rxe_rs_faults]=180
-		[rxe_rs_link]=110 [rxe_rs_exhaust]=110 [rxe_rs_hostile]=100 [rxe_rs_data]=70 [rxe_rs_objects]=70)
+	# list, costliest first (seconds measured under TCG beside the pairs; new scripts count 300):
+	# each runs the next script no guest has taken (run-suite.sh, RXE_RS_QUEUE), so they end
+	# together.
+	declare -A cost=([rxe_rs_hostile_peer]=660 [rxe_rs_lifecycle]=410 [rxe_rs_recv]=340 [rxe_rs_cm]=290
+		[rxe_rs_faults]=255 [rxe_rs_objects]=245 [rxe_rs_exhaust]=220 [rxe_rs_link]=185 [rxe_rs_hostile]=145
+		[rxe_rs_data]=140 [rxe_rs_ud]=100)
 	# The long profile's knobs (make soak) change what the scripts cost.
-	cost[rxe_rs_hostile_peer]=$((140 + ${RXE_RS_HOSTILE_PACKETS:-100000} / 550))
+	cost[rxe_rs_hostile_peer]=$((290 + ${RXE_RS_HOSTILE_PACKETS:-100000} / 270))
 	[[ -n ${RXE_RS_EXHAUST_FULL:-} ]] && cost[rxe_rs_exhaust]=2400
 	cost[rxe_rs_lifecycle]=$((410 * ${RXE_RS_LIFECYCLE_ROUNDS:-16} / 16))
 	vms=${RXE_RS_VMS:-2}
@@ -138,7 +140,7 @@ if ((${#single_vm_tests[@]})); then
 	for ((i = 0; i < vms; i++)); do
 		log=$results/selftests-vm$i.log
 		rm -f "$log"
-		"$RXE_RS_ROOT/scripts/vm.sh" --name rxe-selftest$i --rwdir "$results" --timeout "${RXE_RS_VM_TIMEOUT:-1800}" \
+		"$RXE_RS_ROOT/scripts/vm.sh" --name rxe-selftest$i --rwdir "$results" --timeout "${RXE_RS_VM_TIMEOUT:-3000}" \
 			--memory "${RXE_RS_VM_MEMORY:-2G}" -- \
 			env "${knobs[@]}" RXE_RS_SUITE_LOG="$log" RXE_RS_QUEUE="$queue" bash "$here/guest/run-suite.sh" "${tests[@]}" \
 			>"$results/selftests-vm$i.console" 2>&1 &

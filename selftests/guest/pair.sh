@@ -159,15 +159,21 @@ pair_exchange_perftest_cm() {
 pair_run_bounded() {
 	local limit=$1 peer_done=$2 out=/tmp/pair-exchange.$PAIR_ROLE.out
 	shift 2
-	"$@" >"$out" 2>&1 &
+	rm -f "$out.rc"
+	# The status file marks the end: the subshell waits for COMMAND itself, so the end is seen
+	# at once whether or not this shell has reaped its children yet (kill -0 finds a zombie).
+	{
+		"$@"
+		echo $? >"$out.rc"
+	} >"$out" 2>&1 &
 	local pid=$! deadline=$((SECONDS + limit)) why=
-	while kill -0 "$pid" 2>/dev/null; do
+	while [[ ! -e $out.rc ]] && kill -0 "$pid" 2>/dev/null; do
 		[[ -e $peer_done ]] && ((deadline > SECONDS + 60)) && deadline=$((SECONDS + 60))
 		if ((SECONDS >= deadline)); then
 			why="still running after $limit s"
 			[[ -e $peer_done ]] && why="still running 60 s after the peer was done"
 			why+=" ($(pair_process_state "$pid"))"
-			kill -9 "$pid" 2>/dev/null
+			kill_tree "$pid"
 			break
 		fi
 		nap 0.1
@@ -175,18 +181,30 @@ pair_run_bounded() {
 	# (No "Killed" line from the shell: the reason is in PAIR_OUT.)
 	{ wait "$pid"; } 2>/dev/null
 	local rc=$?
+	[[ -e $out.rc ]] && rc=$(<"$out.rc")
 	PAIR_OUT=$(cat "$out")
 	[[ -z $why ]] || PAIR_OUT+=$'\n'"pair: $1 stopped: $why"
-	return $rc
+	return "$rc"
 }
 
-# Where process PID (and its children) are: state, wait channel and kernel stack, so that a
-# process stuck in the kernel is told apart from one that is still working or already a zombie.
+# Kills process PID and every process under it (COMMAND may be a shell function whose
+# subshell runs the tool).
+kill_tree() {
+	local child
+	kill -STOP "$1" 2>/dev/null # (no new children meanwhile)
+	for child in $(pgrep -P "$1"); do
+		kill_tree "$child"
+	done
+	kill -9 "$1" 2>/dev/null
+}
+
+# Where process PID and those under it are: state, wait channel and kernel stack, so that a
+# process stuck in the kernel is told apart from one still working or a zombie.
 pair_process_state() {
 	local p
-	for p in $1 $(pgrep -P "$1"); do
+	for p in $1 $(pgrep -P "$1") $(pgrep -P "$(pgrep -d, -P "$1")" 2>/dev/null); do
 		echo -n "pid $p $(cut -d' ' -f2,3 "/proc/$p/stat" 2>/dev/null) wchan $(cat "/proc/$p/wchan" 2>/dev/null)"
-		echo -n " stack $(awk '{ print $1 }' "/proc/$p/stack" 2>/dev/null | head -8 | tr '\n' ' ')"
+		echo -n " stack $(awk '{ print $2 }' "/proc/$p/stack" 2>/dev/null | head -8 | tr '\n' ' ')"
 	done
 }
 

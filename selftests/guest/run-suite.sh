@@ -55,7 +55,7 @@ for test in "$@"; do
 		continue # another guest runs it
 	fi
 	echo "# selftest: $name"
-	limit=${RXE_RS_TEST_TIMEOUT:-900}
+	limit=${RXE_RS_TEST_TIMEOUT:-1200}
 	started=$SECONDS
 	(sleep $((limit - 20)) && dump_state "$name" $((limit - 20))) &
 	watchdog=$!
