@@ -10,6 +10,8 @@ APT_PACKAGES=(
 	flex bison bc libelf-dev libssl-dev cpio xz-utils kmod make gcc pkg-config
 	# VMs
 	qemu-system-x86 python3-venv busybox-static
+	# the guest scripts' sleep builtin (selftests/guest/lib.sh: nap)
+	bash-builtins
 	# RDMA user space: the reference tools and the provider's build deps
 	rdma-core ibverbs-utils ibverbs-providers libibverbs-dev librdmacm-dev perftest
 	python3-pyverbs rdmacm-utils iproute2 iperf3 ethtool procps tcpdump iputils-ping

@@ -3,12 +3,16 @@
 source "$KDIR/tools/testing/selftests/kselftest/ktap_helpers.sh"
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 
-# Sleeps S seconds without starting a process. In a TCG guest with KASAN a fork and exec of
-# `sleep` costs tens of milliseconds of CPU, and a poll loop calling it five times a second
-# takes that from the program it is waiting for. (`read` on a pipe nobody writes times out.)
+# Sleeps S seconds without starting a process: bash's loadable `sleep` (Debian's
+# bash-builtins), else /usr/bin/sleep. In a TCG guest with KASAN a fork and exec of `sleep`
+# costs tens of milliseconds of CPU, and a poll loop calling it five times a second takes that
+# from the program it is waiting for. Not `read -t` on an idle pipe: in bash 5.2, a read whose
+# timeout expires before it starts reading (a slow vCPU) installs an uninitialised signal mask
+# (fixed in bash 5.3), which can leave SIGCHLD blocked for good; children are then never
+# reaped, and `kill -0` finds them running long after they exited.
+enable -f /usr/lib/bash/sleep sleep 2>/dev/null
 nap() {
-	[[ -n ${NAP_FD:-} ]] || exec {NAP_FD}<> <(:)
-	read -rt "$1" -u "$NAP_FD" _ || :
+	sleep "$1"
 }
 
 # Polls COMMAND... until it succeeds or SECONDS run out (TCG guests are slow: be generous),

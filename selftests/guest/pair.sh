@@ -162,9 +162,10 @@ pair_run_bounded() {
 	rm -f "$out.rc"
 	# The status file marks the end: the subshell waits for COMMAND itself, so the end is seen
 	# at once whether or not this shell has reaped its children yet (kill -0 finds a zombie).
+	# (Written whole, then renamed: a stop in between leaves no empty status.)
 	{
 		"$@"
-		echo $? >"$out.rc"
+		echo $? >"$out.rc.part" && mv "$out.rc.part" "$out.rc"
 	} >"$out" 2>&1 &
 	local pid=$! deadline=$((SECONDS + limit)) why=
 	while [[ ! -e $out.rc ]] && kill -0 "$pid" 2>/dev/null; do
@@ -174,6 +175,7 @@ pair_run_bounded() {
 			[[ -e $peer_done ]] && why="still running 60 s after the peer was done"
 			why+=" ($(pair_process_state "$pid"))"
 			kill_tree "$pid"
+			[[ -e $out.rc ]] && why+=" (it ended meanwhile)"
 			break
 		fi
 		nap 0.1
@@ -181,31 +183,41 @@ pair_run_bounded() {
 	# (No "Killed" line from the shell: the reason is in PAIR_OUT.)
 	{ wait "$pid"; } 2>/dev/null
 	local rc=$?
-	[[ -e $out.rc ]] && rc=$(<"$out.rc")
+	[[ -e $out.rc && $(<"$out.rc") =~ ^[0-9]+$ ]] && rc=$(<"$out.rc")
 	PAIR_OUT=$(cat "$out")
 	[[ -z $why ]] || PAIR_OUT+=$'\n'"pair: $1 stopped: $why"
 	return "$rc"
 }
 
 # Kills process PID and every process under it (COMMAND may be a shell function whose
-# subshell runs the tool).
+# subshell runs the tool). Says which of them are still there a moment later (stuck in the
+# kernel: they may still hold the device).
 kill_tree() {
-	local child
+	local child p left=
 	kill -STOP "$1" 2>/dev/null # (no new children meanwhile)
-	for child in $(pgrep -P "$1"); do
+	local tree=("$1" $(pgrep -P "$1"))
+	for child in "${tree[@]:1}"; do
 		kill_tree "$child"
 	done
 	kill -9 "$1" 2>/dev/null
+	nap 0.5
+	for p in "${tree[@]}"; do
+		[[ $(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null) == [RSDT] ]] && left+=" $p"
+	done
+	[[ -z $left ]] || echo "# kill_tree: still there after kill -9:$left"
 }
 
-# Where process PID and those under it are: state, wait channel and kernel stack, so that a
-# process stuck in the kernel is told apart from one still working or a zombie.
+# Where the processes under PID (the subshell that runs COMMAND) are: state, wait channel and
+# kernel stack, so that a process stuck in the kernel is told apart from one still working or
+# a zombie.
 pair_process_state() {
-	local p
-	for p in $1 $(pgrep -P "$1") $(pgrep -P "$(pgrep -d, -P "$1")" 2>/dev/null); do
-		echo -n "pid $p $(cut -d' ' -f2,3 "/proc/$p/stat" 2>/dev/null) wchan $(cat "/proc/$p/wchan" 2>/dev/null)"
+	local p sep=
+	for p in $(pgrep -P "$1") $(pgrep -P "$(pgrep -d, -P "$1")" 2>/dev/null); do
+		echo -n "${sep}pid $p $(cut -d' ' -f2,3 "/proc/$p/stat" 2>/dev/null) wchan $(cat "/proc/$p/wchan" 2>/dev/null)"
 		echo -n " stack $(awk '{ print $2 }' "/proc/$p/stack" 2>/dev/null | head -8 | tr '\n' ' ')"
+		sep="; "
 	done
+	[[ -n $sep ]] || echo -n "no process under the subshell $1: $(cut -d' ' -f2,3 "/proc/$1/stat" 2>/dev/null)"
 }
 
 # What a failed exchange needs explained: can we reach the peer, which RDMA links exist, and
