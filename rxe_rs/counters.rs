@@ -54,6 +54,11 @@ pub(crate) enum Counter {
     RcvdUdDropped,
     /// UD sends longer than the path MTU: completed without being sent (IBA C10-93.1.1).
     SentUdTooLong,
+    /// Send doorbells that reached the kernel (a post the requester was not going to find by
+    /// itself: the provider skips the syscall while the SQ is polled).
+    SendDoorbells,
+    /// ACKs and NAKs the responders sent (one per request that asks for one, and per NAK).
+    SentAcks,
 }
 
 /// Their names, in `Counter` order.
@@ -81,9 +86,11 @@ pub(crate) static NAMES: [StatDesc; COUNT] = [
     StatDesc::new(c_str!("rcvd_bad_qkey")),
     StatDesc::new(c_str!("rcvd_ud_dropped")),
     StatDesc::new(c_str!("sent_ud_too_long")),
+    StatDesc::new(c_str!("send_doorbells")),
+    StatDesc::new(c_str!("sent_acks")),
 ];
 
-const COUNT: usize = 23;
+const COUNT: usize = 25;
 
 /// The values of one port.
 pub(crate) struct Counters([AtomicU64; COUNT]);

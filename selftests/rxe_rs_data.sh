@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0
 # Data integrity: RDMA WRITE, READ and SEND between SGE lists over several MRs, checked byte
 # for byte (also posted with the ibv_wr_* API); ibv_resize_cq with completions waiting; SQD
-# draining; remote accesses with a wrong rkey, without the right or out of bounds failing with
+# draining; a batch of small WRITEs asking for 2 ACKs, not one each; remote accesses with a wrong rkey, without the right or out of bounds failing with
 # REM_ACCESS_ERR without touching memory (guest/rdma_data.py, two QPs over loopback); garbage
 # written to the mapped rings failing only its own QP or CQ (guest/ring_scribble.py); rnr_retry
 # and retry_cnt honoured against a responder without receives or in ERR (guest/rc_recovery.py).
@@ -10,7 +10,7 @@ source "$(dirname "$0")/guest/lib.sh"
 DEV=rxers0
 
 checks=(write_sge_list_to_mr_end read_into_sge_list send_between_sge_lists large_write_then_read_back
-	resize_cq_keeps_pending_completions sqd_drains_then_resumes wr_api_batch
+	resize_cq_keeps_pending_completions sqd_drains_then_resumes wr_api_batch batch_asks_two_acks
 	write_wrong_rkey read_wrong_rkey write_past_mr_end read_before_mr_start write_without_remote_write)
 # A process writing garbage to its own rings fails only its own QP or CQ (guest/ring_scribble.py).
 scribbles=(rq_indices_scribbled rq_wqe_scribbled sq_indices_scribbled sq_wqe_scribbled_after_doorbell

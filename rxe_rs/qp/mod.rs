@@ -20,7 +20,10 @@ use crate::{
     },
     proto::wire::qp_source_port,
     resources::Resources,
-    uapi::{send_flags, send_opcode, RecvWqe, SendWqe, Sge, WcStatus, RING_FLAG_FLUSH},
+    uapi::{
+        send_flags, send_opcode, RecvWqe, SendWqe, Sge, WcStatus, RING_FLAG_FLUSH,
+        RING_FLAG_SQ_POLLED,
+    },
     verbs::{cq::RxeCq, mr::PdId},
 };
 use crate::{
@@ -31,7 +34,7 @@ use crate::{
         object::Udata,
     },
     limits,
-    proto::{av::AddressVector, mtu::IbMtu, psn::Psn},
+    proto::{av::AddressVector, doorbell, mtu::IbMtu, psn::Psn},
     uapi::{recv_wqe_bytes, send_wqe_bytes, CreateQpResp, MmapInfo, RingGeometry},
 };
 use completer::Completer;
@@ -418,6 +421,7 @@ impl QpInner {
             self.sq.store(RingIndex::Consumer, 0);
             self.rq.store(RingIndex::Consumer, 0);
             self.rq.store(RingIndex::Flags, 0);
+            self.sq.store(RingIndex::Flags, 0);
             if self.is_kernel() {
                 // Under each producer lock, so that no post slips in between.
                 let mut sq = self.sq_post.lock();
@@ -513,6 +517,7 @@ impl QpInner {
 
     /// The send doorbell: sends what the process posted, or flushes it in the error state.
     pub(crate) fn post_send(&self) -> Result {
+        self.count(Counter::SendDoorbells);
         let mut s = self.state.lock();
         match s.attrs.state {
             QpState::Rts | QpState::Sqd => self.run_requester(&mut s),
@@ -555,20 +560,60 @@ impl QpInner {
 
     /// Runs the requester and acts on how it ended.
     pub(crate) fn run_requester(&self, s: &mut QpLocked) {
-        let end = match self.qp_type {
-            QpType::Rc => requester::run(self, s),
-            QpType::Ud | QpType::Gsi => datagram::send(self, s),
-        };
-        match end {
-            RunEnd::Idle => {}
-            RunEnd::Failed(index, status) => return self.fail(s, index, status),
-            RunEnd::BrokenRing => return self.fatal(s),
+        loop {
+            let end = match self.qp_type {
+                QpType::Rc => requester::run(self, s),
+                QpType::Ud | QpType::Gsi => datagram::send(self, s),
+            };
+            match end {
+                RunEnd::Idle => {}
+                RunEnd::Failed(index, status) => return self.fail(s, index, status),
+                RunEnd::BrokenRing => return self.fatal(s),
+            }
+            // Whatever is unacknowledged has a timer to resend it: also when this run sent
+            // nothing (the window was shut, the READ credits used up) after a timeout had
+            // disarmed it.
+            if !s.comp.timer_armed {
+                completer::arm_retransmit(self, s);
+            }
+            // At most once more: that run leaves the flag as it is or sets it again.
+            if !self.update_sq_polled(s) {
+                return;
+            }
         }
-        // Whatever is unacknowledged has a timer to resend it: also when this run sent nothing
-        // (the window was shut, the READ credits used up) after a timeout had disarmed it.
-        if !s.comp.timer_armed {
-            completer::arm_retransmit(self, s);
+    }
+
+    /// Tells the provider whether a post needs the send doorbell (`proto::doorbell`): not
+    /// while the timer is armed with enough in flight, since then an ACK, a READ response or
+    /// the timer itself runs the requester again, and that run fetches what was posted.
+    /// Returns true when it stops saying so and something was posted that a doorbell may not
+    /// announce: the caller runs the requester once more.
+    fn update_sq_polled(&self, s: &mut QpLocked) -> bool {
+        let in_flight = s.req.q.sent_end.diff(s.req.q.acked_psn).max(0) as u32;
+        let polled = self.qp_type == QpType::Rc
+            && doorbell::sq_polled(
+                s.comp.timer_armed,
+                matches!(s.attrs.state, QpState::Rts | QpState::Sqd),
+                in_flight,
+            );
+        if polled == s.req.sq_polled {
+            return false;
         }
+        s.req.sq_polled = polled;
+        if polled {
+            self.sq.store(RingIndex::Flags, RING_FLAG_SQ_POLLED);
+            return false;
+        }
+        self.sq_unpolled();
+        self.sq.load(RingIndex::Producer) != s.req.q.fetched
+    }
+
+    /// Clears `RING_FLAG_SQ_POLLED`; what the producer index says after this is what posts
+    /// that skipped their doorbell left (they published it before they read the flag, full
+    /// fences on both sides).
+    fn sq_unpolled(&self) {
+        self.sq.store(RingIndex::Flags, 0);
+        fence(Ordering::SeqCst);
     }
 
     /// The WQE at `index` fails with `status`: those before it are flushed, it completes with
@@ -590,6 +635,10 @@ impl QpInner {
         s.comp.stop();
         self.timer.cancel();
         s.resp.stop();
+        // Posts need the doorbell again (to be flushed): the flush below reads the producer
+        // index after the flag is cleared.
+        s.req.sq_polled = false;
+        self.sq_unpolled();
         self.flush_sq(s);
         // From now on receives posted need the doorbell to be flushed. The flag is set before
         // the flush reads the producer index, and the provider publishes its producer index
@@ -768,6 +817,13 @@ impl QpInner {
         fence(Ordering::SeqCst);
         if !send && self.rq.load(RingIndex::Flags) & RING_FLAG_FLUSH == 0 {
             return;
+        }
+        // The requester comes back to the SQ by itself (`update_sq_polled`).
+        if send && self.sq.load(RingIndex::Flags) & RING_FLAG_SQ_POLLED != 0 {
+            return;
+        }
+        if send {
+            self.count(Counter::SendDoorbells);
         }
         // Already queued: that run sees these too.
         let _ = workqueue::system().enqueue::<Arc<QpInner>, 1>(self.clone());

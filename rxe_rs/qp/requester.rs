@@ -9,6 +9,7 @@ use crate::{
     limits,
     net::transmit::{Transmitter, TxError},
     proto::{
+        ack_request::{asks_ack, Place},
         av::AddressVector,
         headers::{Bth, Reth},
         mtu::IbMtu,
@@ -25,8 +26,6 @@ use crate::{
 };
 use kernel::prelude::*;
 
-/// An ACK is requested at least every this many packets of a long message.
-const PACKETS_PER_ACK_REQ: u32 = 32;
 // Every READ request `max_rd_atomic` allows can be remembered.
 const _: () = assert!(MAX_READ_REQUESTS == limits::MAX_RD_ATOMIC as usize);
 /// WQEs the kernel holds copies of at a time (at most the SQ's slots): what is in flight, not
@@ -80,6 +79,8 @@ pub(crate) struct Requester {
     noack_pkts: u32,
     /// How far past `acked_psn` it may send, and the retransmission backoff.
     pub(crate) window: SendWindow,
+    /// The SQ's flags say `RING_FLAG_SQ_POLLED` (see `QpInner::update_sq_polled`).
+    pub(crate) sq_polled: bool,
 }
 
 impl Requester {
@@ -105,6 +106,7 @@ impl Requester {
             max_inline: max_inline as usize,
             noack_pkts: 0,
             window: SendWindow::default(),
+            sq_polled: false,
         })
     }
 
@@ -130,6 +132,7 @@ impl Requester {
         self.reads.clear();
         self.noack_pkts = 0;
         self.window = SendWindow::default();
+        self.sq_polled = false;
     }
 
     /// Starts sending at `sq_psn` (move to RTS).
@@ -358,9 +361,24 @@ pub(crate) fn run(qp: &QpInner, s: &mut QpLocked) -> RunEnd {
         let new_read = w.is_read && !repeat;
         // Looked up once per run; `None` (counted) when there is no route or no memory for one.
         let tx = tx.get_or_insert_with(|| Transmitter::new(qp.res(), &av));
-        let edge = s.req.window.is_edge(unacked);
+        let place = Place {
+            last_of_message: false, // send_packet knows
+            window_edge: s.req.window.is_edge(unacked),
+            unasked_before: s.req.noack_pkts,
+            next_follows: next_follows(s, index),
+        };
         let sent = match tx.as_ref() {
-            Some(t) => send_packet(qp, &av, s.attrs.dest_qpn, mtu, &s.req, index, psns, t, edge),
+            Some(t) => send_packet(
+                qp,
+                &av,
+                s.attrs.dest_qpn,
+                mtu,
+                &s.req,
+                index,
+                psns,
+                t,
+                place,
+            ),
             // No route: a loss the retransmission timer recovers. Without a timer (timeout 0)
             // the packet waits unsent for the next run instead (a doorbell or an ACK).
             None if s.req.window.ack_timeout_ns(s.attrs.timeout).is_some() => Err(TxError::Dropped),
@@ -391,6 +409,18 @@ pub(crate) fn run(qp: &QpInner, s: &mut QpLocked) -> RunEnd {
     RunEnd::Idle
 }
 
+/// Whether the run, once it sent the current packet of the work at `index`, is certain to send
+/// another: a next message is fetched and nothing makes it wait (READ credits or room, a fence,
+/// SQD). The window is the caller's part ([`Place::window_edge`]).
+fn next_follows(s: &QpLocked, index: u32) -> bool {
+    let next = index.wrapping_add(1);
+    if next == s.req.q.fetched || s.attrs.state != QpState::Rts {
+        return false;
+    }
+    let fenced = s.req.wqe(next).flags & send_flags::FENCE != 0;
+    !s.req.q.work(next).is_read && (!fenced || s.req.reads.is_empty())
+}
+
 /// Builds and sends the next packet of the work at `index` (for a READ, the request for its
 /// next `responses`); returns whether it asked for an ACK.
 #[allow(clippy::too_many_arguments)]
@@ -403,7 +433,7 @@ fn send_packet(
     index: u32,
     responses: u32,
     tx: &Transmitter<'_>,
-    window_edge: bool,
+    place: Place,
 ) -> Result<bool, TxError> {
     let w = req.q.work(index);
     let wqe = req.wqe(index);
@@ -445,9 +475,10 @@ fn send_packet(
     let seg = segment(kind(wqe.opcode), w.len, mtu, w.first_psn, w.sent);
     let info = seg.opcode.info();
     let (has_reth, has_imm) = info.map_or((false, false), |i| (i.reth, i.immdt));
-    // The last packet the window allows asks too, or the window would only reopen by timeout.
-    let ack_req =
-        seg.last || window_edge || req.noack_pkts.saturating_add(1) >= PACKETS_PER_ACK_REQ;
+    let ack_req = asks_ack(Place {
+        last_of_message: seg.last,
+        ..place
+    });
     let solicited = seg.last && wqe.flags & send_flags::SOLICITED != 0;
     let frame = Frame {
         av,

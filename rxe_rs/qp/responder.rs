@@ -329,6 +329,7 @@ fn send_ack_now(qp: &QpInner, s: &QpLocked, syndrome: Syndrome, psn: Psn) {
         immdt: None,
         payload_len: 0,
     };
+    qp.count(Counter::SentAcks);
     // A lost ACK is recovered by the requester's retransmission.
     let _ = tx.send(&frame, |_| Ok(()));
 }

@@ -33,6 +33,7 @@ WR_API_OPS = (e.IBV_QP_EX_WITH_RDMA_WRITE | e.IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
               | e.IBV_QP_EX_WITH_SEND_WITH_IMM | e.IBV_QP_EX_WITH_RDMA_READ)
 RW = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
 GUARD = 0xEE
+DEVICE = None  # the device the checks run on (run_checks sets it)
 
 
 class Failed(Exception):
@@ -52,10 +53,10 @@ def pattern(n, seed):
 class Side:
     """One end: a PD, a CQ and an RC QP."""
 
-    def __init__(self, ctx, cqe=64, wr_api=False):
+    def __init__(self, ctx, cqe=64, wr_api=False, send_wr=16):
         self.pd = PD(ctx)
         self.cq = CQ(ctx, cqe)
-        cap = QPCap(max_send_wr=16, max_recv_wr=16, max_send_sge=4, max_recv_sge=4, max_inline_data=64)
+        cap = QPCap(max_send_wr=send_wr, max_recv_wr=16, max_send_sge=4, max_recv_sge=4, max_inline_data=64)
         if wr_api:
             # The extended QP: work requests are built with ibv_wr_*.
             attr = QPInitAttrEx(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap, pd=self.pd,
@@ -131,8 +132,13 @@ def connected(ctx, a, b, **requester_attrs):
     return a, b
 
 
-def pair(ctx, cqe=64, wr_api=False, **requester_attrs):
-    return connected(ctx, Side(ctx, cqe, wr_api), Side(ctx), **requester_attrs)
+def pair(ctx, cqe=64, wr_api=False, send_wr=16, **requester_attrs):
+    return connected(ctx, Side(ctx, cqe, wr_api, send_wr), Side(ctx), **requester_attrs)
+
+
+def port_counter(name):
+    with open(f"/sys/class/infiniband/{DEVICE}/ports/1/hw_counters/{name}") as f:
+        return int(f.read())
 
 
 class Scattered:
@@ -329,6 +335,35 @@ def wr_api_batch(ctx):
     expect(rbuf.read(200, 2048) == message, "the SEND's data differs")
 
 
+def batch_asks_two_acks(ctx):
+    """64 small RDMA WRITEs posted in one ibv_wr_* batch: one doorbell, and the requester
+    sends them in one run that asks for an ACK every 32 packets and on its last, so the
+    responder sends 2 ACKs, not 64 (the sent_acks and send_doorbells counters); every WRITE
+    completes in order and its bytes land."""
+    count = 64
+    a, b = pair(ctx, cqe=128, wr_api=True, send_wr=count)
+    local, remote = a.mr(8 * count), b.mr(8 * count)
+    data = pattern(8 * count, 12)
+    local.write(data, 8 * count, 0)
+    acks, doorbells = port_counter("sent_acks"), port_counter("send_doorbells")
+    qp = a.qp
+    qp.wr_start()
+    for i in range(count):
+        qp.wr_id, qp.wr_flags = 100 + i, e.IBV_SEND_SIGNALED
+        qp.wr_rdma_write(remote.rkey, remote.buf + 8 * i)
+        qp.wr_set_sge(SGE(local.buf + 8 * i, 8, local.lkey))
+    qp.wr_complete()
+    for i in range(count):
+        wc = a.completion(f"WRITE {100 + i}")
+        expect_status(wc, e.IBV_WC_SUCCESS, f"WRITE {100 + i}")
+        expect(wc.wr_id == 100 + i, f"completion of wr {wc.wr_id} where {100 + i} was due")
+    got = remote.read(8 * count, 0)
+    expect(got == data, f"remote data differs at byte {first_diff(got, data)}")
+    acks, doorbells = port_counter("sent_acks") - acks, port_counter("send_doorbells") - doorbells
+    expect(doorbells == 1, f"{doorbells} send doorbells for one batch")
+    expect(acks == 2, f"the responder sent {acks} ACKs for {count} WRITEs in one run, want 2")
+
+
 def next_async_event(ctx, timeout=30):
     """The context's next asynchronous event (acknowledged), or None after `timeout` s."""
     got = []
@@ -418,6 +453,7 @@ CHECKS = {
     "resize_cq_keeps_pending_completions": resize_cq_keeps_pending_completions,
     "sqd_drains_then_resumes": sqd_drains_then_resumes,
     "wr_api_batch": wr_api_batch,
+    "batch_asks_two_acks": batch_asks_two_acks,
     "write_wrong_rkey": remote_access_error(WRITE, RW, wrong_key, start, 4096),
     "read_wrong_rkey": remote_access_error(READ, RW, wrong_key, start, 4096),
     "write_past_mr_end": remote_access_error(WRITE, RW, lambda mr: mr.rkey, lambda mr: mr.buf + REMOTE_SIZE - 100, 101),
@@ -427,6 +463,8 @@ CHECKS = {
 
 def run_checks(checks, device, names):
     """Runs the named checks (all if none) in one context, printing a result line for each."""
+    global DEVICE
+    DEVICE = device
     with Context(name=device) as context:
         for name in names or list(checks):
             print(f"running {name}", flush=True)

@@ -24,6 +24,12 @@ pub const RING_FLAGS_OFFSET: usize = 68;
 /// kernel is told: after publishing its producer index, the provider reads the flags (with a
 /// full fence between the two) and, if this is set, rings the receive doorbell.
 pub const RING_FLAG_FLUSH: u32 = 1;
+/// Flag (send queues): the kernel will look at this SQ again by itself, because packets are in
+/// flight and their acknowledgement, or the retransmission timer, runs the requester. A post
+/// then needs no doorbell. The provider publishes its producer index, then reads the flags
+/// (full fence between); the kernel clears this flag, then reads the producer index (full
+/// fence between): a post is either seen by the kernel's last look or followed by a doorbell.
+pub const RING_FLAG_SQ_POLLED: u32 = 2;
 
 /// Offset of slot 0.
 pub const RING_DATA_OFFSET: usize = 128;

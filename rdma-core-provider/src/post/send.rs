@@ -1,20 +1,22 @@
 //! Posting sends: WQEs are written into the mapped SQ and published with a release store of the
 //! producer index, then one doorbell syscall per batch (`POST_SEND` with no WRs, as rdma_rxe's
-//! provider does) tells the kernel to look. Both the classic `ibv_post_send` and the extended
-//! `ibv_wr_*` API (which perftest uses by default) end up here.
+//! provider does) tells the kernel to look, unless the kernel says it will look by itself
+//! (packets in flight: `RING_FLAG_SQ_POLLED`), as it does in a stream. Both the classic
+//! `ibv_post_send` and the extended `ibv_wr_*` API (which perftest uses by default) end up here.
 
 use super::{can_post, qp_of, ring_doorbell, sges_of, Doorbell};
 use crate::{
     ah::ah_num,
     ffi::{private::verbs_qp, verbs::*},
     qp::Qp,
+    ring::MappedRing,
     wqe::{self, SendData},
 };
 use core::ffi::{c_int, c_void};
-use rxe_rs_uapi::{send_opcode, SendWqe, Sge};
+use rxe_rs_uapi::{send_opcode, SendWqe, Sge, RING_FLAG_SQ_POLLED};
 use std::{
     cell::UnsafeCell,
-    sync::atomic::{AtomicBool, Ordering},
+    sync::atomic::{AtomicBool, AtomicU32, Ordering},
 };
 
 /// The SQ's producer lock. A plain flag, because the `ibv_wr_*` API holds it from
@@ -59,6 +61,31 @@ pub struct SendQueue {
     /// SGEs a send WR may carry, and inline bytes (what the kernel granted).
     pub max_sge: u32,
     pub max_inline: u32,
+    /// Posts in a row that left the kernel to find them (see [`SendQueue::needs_doorbell`]).
+    unrung: AtomicU32,
+}
+
+/// Posts in a row that may skip the doorbell: the next one rings anyway. A stream's runs are
+/// clocked by ACKs, and the last packet of a run is the only one that asks for an ACK; if that
+/// packet or its ACK is lost, this doorbell sends more, whose NAK or ACK recovers within a round
+/// trip instead of the retransmission timeout.
+const MAX_UNRUNG: u32 = 32;
+
+impl SendQueue {
+    /// Whether the kernel must be told of what was just published (producer index stored):
+    /// not while it says it polls the SQ by itself (packets in flight; see
+    /// `RING_FLAG_SQ_POLLED`), except every [`MAX_UNRUNG`]th post.
+    fn needs_doorbell(&self, sq: &MappedRing) -> bool {
+        if sq.flags_after_fence() & RING_FLAG_SQ_POLLED == 0 {
+            self.unrung.store(0, Ordering::Relaxed);
+            return true;
+        }
+        let unrung = self.unrung.load(Ordering::Relaxed) + 1;
+        let ring = unrung >= MAX_UNRUNG;
+        self.unrung
+            .store(if ring { 0 } else { unrung }, Ordering::Relaxed);
+        ring
+    }
 }
 
 // SAFETY: `batch` is only touched with `lock` held.
@@ -207,8 +234,9 @@ pub unsafe extern "C" fn post_send(
     }
     let posted = producer != sq.producer();
     sq.set_producer(producer);
+    let ring = posted && qp.send.needs_doorbell(sq);
     qp.send.lock.unlock();
-    if posted {
+    if ring {
         // SAFETY: `ibqp` is a live QP of ours (the post_send contract).
         let e = unsafe { ring_doorbell(ibqp, Doorbell::Send) };
         if e != 0 && ret == 0 {
@@ -336,8 +364,9 @@ unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
         return error;
     }
     sq.set_producer(next);
+    let ring = next != start && qp.send.needs_doorbell(sq);
     qp.send.lock.unlock();
-    if next != start {
+    if ring {
         // SAFETY: `qpx` is a live QP of ours (the wr_complete contract).
         return unsafe { ring_doorbell(qpx.cast(), Doorbell::Send) };
     }

@@ -4,10 +4,12 @@
 //! host `cargo test` runs the unit tests. Nothing here allocates, locks or touches a pointer.
 #![cfg_attr(not(MODULE), no_std)]
 
+pub mod ack_request;
 pub mod addr;
 pub mod admit;
 pub mod av;
 pub mod completer;
+pub mod doorbell;
 pub mod grh;
 pub mod headers;
 pub mod icrc;
