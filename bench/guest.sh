@@ -5,9 +5,14 @@
 # streams). A serves, B connects and records each result as a CSV row in
 # $PAIR_RESULTS/results.csv: stack,test,bytes,metric,value (metric: MB/s for bandwidth, CPU s/GB
 # for both guests' kernel CPU seconds per GB of payload, usec for latency (median), kmsg/s).
+# BENCH_RUNS passes (default 3) each measure every case once, the stacks' order swapped from one
+# pass to the next; bench/report.py takes the median of the passes and shows their spread.
+# BENCH_CASES, an extended regex, keeps only the cases whose name ("STACK-TEST-SIZE",
+# "STACK-rate-QPS", "tcp-STREAMS") it matches.
 source "$RXE_RS_ROOT/selftests/guest/pair.sh"
 source "$RXE_RS_ROOT/selftests/guest/lib.sh"
 BW_SIZES="64 1024 4096 16384 65536 262144 1048576"
+RUNS=${BENCH_RUNS:-3}
 LAT_SIZES="2 64 1024 4096"
 CSV=$PAIR_RESULTS/results.csv
 
@@ -35,6 +40,8 @@ record() {
 bench_case() {
 	local stack=$1 test=$2 size=$3 case="$1-$2-$3"
 	shift 3
+	wanted "$case" || return 0
+	case+="-$PASS"
 	local sampler= cpu=$PAIR_RESULTS/cpu.$case
 	if [[ $test == *_bw ]]; then
 		python3 "$RXE_RS_ROOT/bench/cpu_sample.py" "$PAIR_DEV" >"$cpu.$PAIR_ROLE" &
@@ -74,10 +81,13 @@ record_rate() {
 	echo "$stack,$test -q $qps,$size,kmsg/s,$(awk '{ printf "%.2f", $5 * 1000 }' <<<"$row")" >>"$CSV"
 }
 
-pair_link
-pair_wait_peer 900 || echo "# the peer never answered ping"
-for stack in rxe_rs rdma_rxe; do
-	pair_barrier "$stack-start" && pair_stack_up_both "$stack" "$stack" || { echo "# $stack did not come up on both guests"; continue; }
+# Whether the case named $1 is one BENCH_CASES keeps (all when it is unset).
+wanted() { [[ -z ${BENCH_CASES:-} || $1 =~ $BENCH_CASES ]]; }
+
+# Every case of STACK once.
+stack_pass() {
+	local stack=$1 test size qps
+	pair_barrier "$stack-start-$PASS" && pair_stack_up_both "$stack" "$stack-$PASS" || { echo "# $stack did not come up on both guests"; return; }
 	for test in ib_send_bw ib_write_bw ib_read_bw; do
 		for size in $BW_SIZES; do
 			bench_case "$stack" "$test" "$size" -D 3
@@ -90,34 +100,51 @@ for stack in rxe_rs rdma_rxe; do
 	done
 	# Message rate at 64 B, one QP and four.
 	for qps in 1 4; do
-		pair_exchange "$stack-rate-$qps" ib_write_bw -d "$DEV" -x "$GID" -F -s 64 -q "$qps" -D 3 &&
+		wanted "$stack-rate-$qps" || continue
+		pair_exchange "$stack-rate-$qps-$PASS" ib_write_bw -d "$DEV" -x "$GID" -F -s 64 -q "$qps" -D 3 &&
 			[[ $PAIR_ROLE == b ]] && record_rate "$stack" ib_write_bw 64 "$qps"
 	done
-done
-reset_modules
+}
 
-# TCP on the same link, for scale: one stream, then four.
-for streams in 1 4; do
-	pair_barrier "tcp-$streams"
+pair_link
+pair_wait_peer 900 || echo "# the peer never answered ping"
+for ((PASS = 1; PASS <= RUNS; PASS++)); do
+	if ((PASS % 2)); then stacks="rxe_rs rdma_rxe"; else stacks="rdma_rxe rxe_rs"; fi
+	for stack in $stacks; do
+		stack_pass "$stack"
+	done
+	reset_modules
+done
+
+# TCP on the same link, for scale: STREAMS streams with iperf3.
+tcp_case() {
+	local streams=$1 out bps
+	wanted "tcp-$streams" || return 0
+	pair_barrier "tcp-$streams-$PASS"
 	if [[ $PAIR_ROLE == a ]]; then
 		timeout 90 iperf3 -s -1 >"$PAIR_RESULTS/iperf3-server-$streams.log" 2>&1
-	else
-		# Retried while the server is not listening yet: an attempt counts only if its JSON
-		# has a result (iperf3 -J has exited 0 with "connection refused" in it). The last
-		# attempt stays in iperf3-client-N.log (.err).
-		for _ in $(seq 30); do
-			out=$(timeout 60 iperf3 -c "$PAIR_PEER_IP" -t 5 -P "$streams" -J 2>"$PAIR_RESULTS/iperf3-client-$streams.err")
-			bps=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"])' <<<"$out" 2>/dev/null)
-			[[ -n $bps ]] && break
-			sleep 1
-		done
-		echo "$out" >"$PAIR_RESULTS/iperf3-client-$streams.log"
-		# No row when it failed: the report shows "-" and `make bench` fails, rather than a 0.
-		if [[ -n $bps ]]; then
-			awk -v b="$bps" -v n="$streams" 'BEGIN { printf "tcp,iperf3 -P %d,131072,MB/s,%.2f\n", n, b / 8e6 }' >>"$CSV"
-		else
-			echo "# iperf3 -P $streams failed: see iperf3-client-$streams.log"
-		fi
+		return
 	fi
+	# Retried while the server is not listening yet: an attempt counts only if its JSON has a
+	# result (iperf3 -J has exited 0 with "connection refused" in it). The last attempt stays
+	# in iperf3-client-N.log (.err).
+	for _ in $(seq 30); do
+		out=$(timeout 60 iperf3 -c "$PAIR_PEER_IP" -t 5 -P "$streams" -J 2>"$PAIR_RESULTS/iperf3-client-$streams.err")
+		bps=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"])' <<<"$out" 2>/dev/null)
+		[[ -n $bps ]] && break
+		sleep 1
+	done
+	echo "$out" >"$PAIR_RESULTS/iperf3-client-$streams.log"
+	# No row when it failed: the report shows "-" and `make bench` fails, rather than a 0.
+	if [[ -n $bps ]]; then
+		awk -v b="$bps" -v n="$streams" 'BEGIN { printf "tcp,iperf3 -P %d,131072,MB/s,%.2f\n", n, b / 8e6 }' >>"$CSV"
+	else
+		echo "# iperf3 -P $streams failed: see iperf3-client-$streams.log"
+	fi
+}
+
+for ((PASS = 1; PASS <= RUNS; PASS++)); do
+	tcp_case 1
+	tcp_case 4
 done
 pair_barrier done
