@@ -59,6 +59,10 @@ pub(crate) struct WriteInProgress {
 /// READ responses sent per run of the QP's work item: it queues itself again for more, so
 /// that other work (and other QPs) get a turn.
 const READ_RESPONSES_PER_RUN: u32 = 64;
+/// A READ of at most this many responses, with nothing else owed, is answered straight from
+/// the receive softirq, as a WRITE is acknowledged there: the work item's hop (a wakeup and a
+/// context switch) was most of a small READ's latency.
+const READ_RESPONSES_INLINE: u32 = 4;
 
 /// Receive-side state of a QP.
 pub(crate) struct Responder {
@@ -350,10 +354,9 @@ pub(crate) fn read_reply_slots(max_dest_rd_atomic: u8) -> Result<KVec<ReadReply>
     )?)
 }
 
-/// Queues the responses to a READ request at `psn` (`repeated`: asked for again) and makes
-/// sure the QP's work item runs to send them.
+/// Queues the responses to a READ request at `psn` (`repeated`: asked for again); the caller
+/// has them sent.
 fn queue_read(
-    qp: &Arc<QpInner>,
     s: &mut QpLocked,
     reth: &Reth,
     psn: Psn,
@@ -375,16 +378,19 @@ fn queue_read(
     } else {
         s.resp.reads.push(reply)
     };
-    queued.map_err(|_| Failure::Invalid)?;
-    qp::schedule_read_replies(qp);
-    Ok(())
+    queued.map_err(|_| Failure::Invalid)
 }
 
 /// The QP's work item: sends a batch of the READ responses owed, then the ACK that waited for
 /// them, or queues itself again for the next batch.
 pub(crate) fn send_read_replies(qp: &Arc<QpInner>) {
     let mut guard = qp.state.lock();
-    let s = &mut *guard;
+    send_owed_replies(qp, &mut guard, READ_RESPONSES_PER_RUN);
+}
+
+/// Sends up to `budget` of the READ responses owed, then the ACK that waited for them, or has
+/// the work item send the rest.
+fn send_owed_replies(qp: &Arc<QpInner>, s: &mut QpLocked, budget: u32) {
     if !answers_requests(s) {
         // Stopped meanwhile (`stop` emptied the queue).
         return;
@@ -399,7 +405,7 @@ pub(crate) fn send_read_replies(qp: &Arc<QpInner>) {
         s.resp.stop();
         return;
     };
-    let mut budget = READ_RESPONSES_PER_RUN;
+    let mut budget = budget;
     while budget > 0 {
         let Some(reply) = s.resp.reads.front_mut() else {
             break;
@@ -583,7 +589,7 @@ fn handle_request_locked(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) 
         execute_write(qp, s, d, reth, imm)
     } else if let Some(reth) = reth.filter(|_| d.info.is_read) {
         check_remote(qp, s, &reth, Access::REMOTE_READ)
-            .and_then(|()| queue_read(qp, s, &reth, psn, false))
+            .and_then(|()| queue_read(s, &reth, psn, false))
             .map(|()| Outcome::Read(reth.dma_len))
     } else {
         Err(Failure::Invalid)
@@ -593,6 +599,11 @@ fn handle_request_locked(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) 
         Ok(Outcome::Read(len)) => {
             s.resp.seq.advance(&d.info, len, mtu);
             s.resp.nak_sent = false;
+            if s.resp.reads.len() == 1 && packet_count(len, mtu) <= READ_RESPONSES_INLINE {
+                send_owed_replies(qp, s, READ_RESPONSES_INLINE);
+            } else {
+                qp::schedule_read_replies(qp);
+            }
             Counter::RcvdPkts
         }
         Ok(Outcome::Done) => {
@@ -761,7 +772,9 @@ fn duplicate(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) {
             {
                 // Room is made by dropping older repeats (`ReadReplies::push`); if it could not
                 // be, the requester would simply ask again.
-                let _ = queue_read(qp, s, &reth, d.bth.psn, true);
+                if queue_read(s, &reth, d.bth.psn, true).is_ok() {
+                    qp::schedule_read_replies(qp);
+                }
             }
         }
         return;
