@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One guest of `make bench` (scripts/bench.sh): for rxe_rs and then rdma_rxe on both ends of the
+# One guest of `make bench` (scripts/bench.sh): for rxe_rs and rdma_rxe on both ends of the
 # link, perftest RC bandwidth (64 B..1 MiB) with the kernel CPU both guests spend per GB, latency
 # (2 B..4 KiB) and the 64-byte message rate with 1 and 4 QPs, then TCP with iperf3 (1 and 4
 # streams). A serves, B connects and records each result as a CSV row in
@@ -8,11 +8,15 @@
 # BENCH_RUNS passes (default 3) each measure every case once, the stacks' order swapped from one
 # pass to the next; bench/report.py takes the median of the passes and shows their spread.
 # BENCH_CASES, an extended regex, keeps only the cases whose name ("STACK-TEST-SIZE",
-# "STACK-rate-QPS", "tcp-STREAMS") it matches.
+# "STACK-rate-QPS", "tcp-STREAMS", with "-mtu9000" appended at that link MTU) it matches.
+# Each pass runs at a link MTU of 1500 (IB MTU 1024) and then 9000 (IB MTU 4096; bandwidth
+# from 4 KiB, message rate and TCP only), whose rows are labelled "TEST mtu9000".
 source "$RXE_RS_ROOT/selftests/guest/pair.sh"
 source "$RXE_RS_ROOT/selftests/guest/lib.sh"
 BW_SIZES="64 1024 4096 16384 65536 262144 1048576"
 RUNS=${BENCH_RUNS:-3}
+MTUS=${BENCH_MTUS:-1500 9000}
+TAG= # label suffix of the rows at a link MTU other than 1500
 LAT_SIZES="2 64 1024 4096"
 CSV=$PAIR_RESULTS/results.csv
 
@@ -28,9 +32,9 @@ record() {
 		# perftest's -D mode sometimes prints 0.00 for a run that moved data: no figure, not 0.
 		awk -v v="$value" 'BEGIN { exit !(v > 0) }' || { echo "# $stack $test $size: perftest printed $value MB/s"; return 1; }
 		[[ $unit == *Gb/sec* ]] && value=$(awk -v v="$value" 'BEGIN { printf "%.2f", v * 1000 / 8 }')
-		echo "$stack,$test,$size,MB/s,$value" >>"$CSV"
+		echo "$stack,$test$TAG,$size,MB/s,$value" >>"$CSV"
 	else
-		echo "$stack,$test,$size,usec,$(awk '{ print $5 }' <<<"$row")" >>"$CSV"
+		echo "$stack,$test$TAG,$size,usec,$(awk '{ print $5 }' <<<"$row")" >>"$CSV"
 	fi
 }
 
@@ -38,7 +42,7 @@ record() {
 # their kernel's share of the CPU while data flows (bench/cpu_sample.py); B records both
 # guests' kernel CPU seconds per GB of payload.
 bench_case() {
-	local stack=$1 test=$2 size=$3 case="$1-$2-$3"
+	local stack=$1 test=$2 size=$3 case="$1-$2-$3${TAG:+-mtu$MTU}"
 	shift 3
 	wanted "$case" || return 0
 	case+="-$PASS"
@@ -57,7 +61,7 @@ bench_case() {
 	((rc == 0)) || return 1
 	[[ $PAIR_ROLE == a ]] && return 0
 	record "$stack" "$test" "$size"
-	[[ -n $sampler ]] && record_cpu "$stack" "$test" "$size" "$cpu"
+	[[ -n $sampler ]] && record_cpu "$stack" "$test$TAG" "$size" "$cpu"
 }
 
 # Both guests' kernel CPU seconds per GB of payload: their kernel CPU shares (seconds per
@@ -78,7 +82,7 @@ record_rate() {
 	local stack=$1 test=$2 size=$3 qps=$4 row
 	row=$(awk -v s="$size" '$1 == s && NF >= 5 { print; exit }' <<<"$PAIR_OUT")
 	[[ -n $row ]] || { echo "# $stack $test $size -q $qps: no result"; return 1; }
-	echo "$stack,$test -q $qps,$size,kmsg/s,$(awk '{ printf "%.2f", $5 * 1000 }' <<<"$row")" >>"$CSV"
+	echo "$stack,$test -q $qps$TAG,$size,kmsg/s,$(awk '{ printf "%.2f", $5 * 1000 }' <<<"$row")" >>"$CSV"
 }
 
 # Whether the case named $1 is one BENCH_CASES keeps (all when it is unset).
@@ -86,41 +90,35 @@ wanted() { [[ -z ${BENCH_CASES:-} || $1 =~ $BENCH_CASES ]]; }
 
 # Every case of STACK once.
 stack_pass() {
-	local stack=$1 test size qps
-	pair_barrier "$stack-start-$PASS" && pair_stack_up_both "$stack" "$stack-$PASS" || { echo "# $stack did not come up on both guests"; return; }
+	local stack=$1 test size qps bw_sizes=$BW_SIZES lat_sizes=$LAT_SIZES
+	[[ -n $TAG ]] && bw_sizes="4096 65536 1048576" lat_sizes=
+	pair_barrier "$stack-start-$MTU-$PASS" && pair_stack_up_both "$stack" "$stack-$MTU-$PASS" || { echo "# $stack did not come up on both guests"; return; }
 	for test in ib_send_bw ib_write_bw ib_read_bw; do
-		for size in $BW_SIZES; do
+		for size in $bw_sizes; do
 			bench_case "$stack" "$test" "$size" -D 3
 		done
 	done
 	for test in ib_send_lat ib_write_lat ib_read_lat; do
-		for size in $LAT_SIZES; do
+		for size in $lat_sizes; do
 			bench_case "$stack" "$test" "$size" -n 500
 		done
 	done
 	# Message rate at 64 B, one QP and four.
 	for qps in 1 4; do
-		wanted "$stack-rate-$qps" || continue
-		pair_exchange "$stack-rate-$qps-$PASS" ib_write_bw -d "$DEV" -x "$GID" -F -s 64 -q "$qps" -D 3 &&
+		wanted "$stack-rate-$qps${TAG:+-mtu$MTU}" || continue
+		pair_exchange "$stack-rate-$qps-$MTU-$PASS" ib_write_bw -d "$DEV" -x "$GID" -F -s 64 -q "$qps" -D 3 &&
 			[[ $PAIR_ROLE == b ]] && record_rate "$stack" ib_write_bw 64 "$qps"
 	done
 }
 
 pair_link
 pair_wait_peer 900 || echo "# the peer never answered ping"
-for ((PASS = 1; PASS <= RUNS; PASS++)); do
-	if ((PASS % 2)); then stacks="rxe_rs rdma_rxe"; else stacks="rdma_rxe rxe_rs"; fi
-	for stack in $stacks; do
-		stack_pass "$stack"
-	done
-	reset_modules
-done
 
 # TCP on the same link, for scale: STREAMS streams with iperf3.
 tcp_case() {
 	local streams=$1 out bps
-	wanted "tcp-$streams" || return 0
-	pair_barrier "tcp-$streams-$PASS"
+	wanted "tcp-$streams${TAG:+-mtu$MTU}" || return 0
+	pair_barrier "tcp-$streams-$MTU-$PASS"
 	if [[ $PAIR_ROLE == a ]]; then
 		timeout 90 iperf3 -s -1 >"$PAIR_RESULTS/iperf3-server-$streams.log" 2>&1
 		return
@@ -137,14 +135,33 @@ tcp_case() {
 	echo "$out" >"$PAIR_RESULTS/iperf3-client-$streams.log"
 	# No row when it failed: the report shows "-" and `make bench` fails, rather than a 0.
 	if [[ -n $bps ]]; then
-		awk -v b="$bps" -v n="$streams" 'BEGIN { printf "tcp,iperf3 -P %d,131072,MB/s,%.2f\n", n, b / 8e6 }' >>"$CSV"
+		awk -v b="$bps" -v n="$streams" -v t="$TAG" 'BEGIN { printf "tcp,iperf3 -P %d%s,131072,MB/s,%.2f\n", n, t, b / 8e6 }' >>"$CSV"
 	else
 		echo "# iperf3 -P $streams failed: see iperf3-client-$streams.log"
 	fi
 }
 
+# The link's MTU on both guests; both must have it before either sends.
+set_mtu() {
+	ip link set dev "$PAIR_DEV" mtu "$1" || echo "# cannot set MTU $1 on $PAIR_DEV"
+	pair_barrier "mtu-$1-$PASS"
+	ping -c1 -W5 -M do -s $(($1 - 28)) "$PAIR_PEER_IP" >/dev/null 2>&1 ||
+		echo "# MTU $1: the peer does not answer a ping of that size"
+}
+
 for ((PASS = 1; PASS <= RUNS; PASS++)); do
-	tcp_case 1
-	tcp_case 4
+	if ((PASS % 2)); then stacks="rxe_rs rdma_rxe"; else stacks="rdma_rxe rxe_rs"; fi
+	for MTU in $MTUS; do
+		TAG=
+		((MTU != 1500)) && TAG=" mtu$MTU"
+		set_mtu "$MTU"
+		for stack in $stacks; do
+			stack_pass "$stack"
+		done
+		reset_modules
+		tcp_case 1
+		tcp_case 4
+	done
 done
+set_mtu 1500
 pair_barrier done

@@ -119,23 +119,24 @@ def main(out, partial=False):
         rows.append((test, size, metric, ours, theirs, ratio(ours, theirs)))
     tcp_runs = {t: v for (s, t, _, _), v in values.items() if t.startswith("iperf3")}
     tcp = {t: median(v) for t, v in tcp_runs.items()}
-    tcp_tests = ("iperf3 -P 1", "iperf3 -P 4")
+    required_tcp = ("iperf3 -P 1", "iperf3 -P 4")
+    tcp_tests = list(dict.fromkeys(list(required_tcp) + sorted(tcp_runs)))
     passes = max((len(v) for v in values.values()), default=0)
 
     def pct(v):
         return "-" if v is None else f"{v:.0f}%"
 
     print(f"medians of {passes} pass(es); +-: spread of the passes, (max - min) / median")
-    header = (f"{'test':<16}{'bytes':>9}  {'unit':<9}{'rxe_rs':>11}{'+-':>5}{'rdma_rxe':>11}{'+-':>5}"
+    header = (f"{'test':<22}{'bytes':>9}  {'unit':<9}{'rxe_rs':>11}{'+-':>5}{'rdma_rxe':>11}{'+-':>5}"
               f"{'rxe_rs/rdma_rxe':>17}")
     print(header)
     print("-" * len(header))
     for test, size, metric, ours, theirs, r in rows:
         s_ours, s_theirs = spreads[(test, size, metric)]
-        print(f"{test:<16}{size:>9}  {metric:<9}{fmt(ours):>11}{pct(s_ours):>5}{fmt(theirs):>11}{pct(s_theirs):>5}"
+        print(f"{test:<22}{size:>9}  {metric:<9}{fmt(ours):>11}{pct(s_ours):>5}{fmt(theirs):>11}{pct(s_theirs):>5}"
               f"{fmt(r):>17}")
     for t in tcp_tests:
-        print(f"{'TCP ' + t:<25}  {'MB/s':<9}{fmt(tcp.get(t)):>11}{pct(spread(tcp_runs.get(t))):>5}")
+        print(f"{'TCP ' + t:<31}  {'MB/s':<9}{fmt(tcp.get(t)):>11}{pct(spread(tcp_runs.get(t))):>5}")
     print("(ratio rxe_rs/rdma_rxe: above 1 is better for MB/s and kmsg/s, below 1 for usec and CPU s/GB)")
 
     with open(os.path.join(out, "bench.csv"), "w", newline="") as f:
@@ -149,7 +150,7 @@ def main(out, partial=False):
     plotted = plot(out, rows)
     complete = all(r[3] is not None and r[4] is not None for r in rows)
     if not partial:
-        complete = complete and all(t in tcp for t in tcp_tests)
+        complete = complete and all(t in tcp for t in required_tcp)
     print(f"bench: {os.path.join(out, 'bench.csv')}" + (f", {os.path.join(out, 'bench.png')}" if plotted else ""))
     return 0 if complete and rows else 1
 

@@ -32,7 +32,7 @@ udp_drops() { awk '/^Udp:/ { getline; print $6; exit }' /proc/net/snmp; }
 drops_before=$(udp_drops)
 echo "bench: two VMs (bench kernel), perftest for rxe_rs then rdma_rxe, then iperf3; logs: $out"
 # BENCH_RUNS passes (median and spread reported), BENCH_CASES to run some cases only (see
-# bench/guest.sh). A pass takes about 25 minutes here.
+# bench/guest.sh).
 runs=${BENCH_RUNS:-3}
 guest=(env BENCH_RUNS="$runs" BENCH_CASES="${BENCH_CASES:-}" bash "$RXE_RS_ROOT/bench/guest.sh")
 RXE_RS_MODULE=$out/rxe_rs.ko "$RXE_RS_ROOT/scripts/vm-pair.sh" --flavor bench --timeout $((600 + runs * 3000)) "$out" \
