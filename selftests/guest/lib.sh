@@ -27,16 +27,29 @@ wait_for() {
 }
 
 # A TCP socket listens on port P (read from /proc/net/tcp{,6}: no process to start, so it
-# can be polled often).
+# can be polled often). A listener's line has a zero remote address and state 0A.
 tcp_listening() {
-	local port f _sl local_addr _rem state _rest
+	local port text
 	printf -v port ':%04X' "$1"
-	for f in /proc/net/tcp /proc/net/tcp6; do
-		while read -r _sl local_addr _rem state _rest; do
-			[[ $state == 0A && $local_addr == *"$port" ]] && return 0
-		done <"$f"
-	done
-	return 1
+	read -r -d '' text </proc/net/tcp
+	[[ $text == *"$port 00000000:0000 0A"* ]] && return 0
+	read -r -d '' text </proc/net/tcp6
+	[[ $text == *"$port 00000000000000000000000000000000:0000 0A"* ]]
+}
+
+# An rdma_cm ID listens on port P. `rdma` is a process to start (a fifth of a second of CPU in
+# a TCG guest with KASAN): poll it sparingly.
+cm_listening() {
+	rdma resource show cm_id 2>/dev/null | grep -Eq "state LISTEN .*src-addr [^ ]*:$1( |$)"
+}
+
+# Reads FILE whole into variable NAME, as $(cat FILE) would (without its trailing newlines),
+# starting no process.
+slurp() {
+	local -n slurp_into=$1
+	IFS= read -r -d '' slurp_into <"$2"
+	while [[ $slurp_into == *$'\n' ]]; do slurp_into=${slurp_into%$'\n'}; done
+	return 0
 }
 
 # Waits up to S seconds (default 120) for background process PID to exit, then kills it: a
@@ -174,7 +187,7 @@ run_py_checks() {
 # modules are loaded), emptied for each exchange so that a failure shows its own REQ/REP/REJ.
 cm_trace_restart() {
 	local t=/sys/kernel/tracing sys
-	mountpoint -q $t || mount -t tracefs nodev $t 2>/dev/null || return 0
+	[[ -e $t/trace ]] || mount -t tracefs nodev $t 2>/dev/null || return 0
 	for sys in ib_cma rdma_cma; do
 		[[ -w $t/events/$sys/enable ]] && echo 1 >"$t/events/$sys/enable"
 	done

@@ -28,11 +28,14 @@ pair_wait_peer() {
 	done
 }
 
-# Waits until TCP port P is listening on this host (a server we started is ready).
+# Waits until port P listens on this host, over TCP or rdma_cm (a server we started is ready).
+# (TCP every 0.1 s, rdma_cm every 0.5 s: see cm_listening.)
 wait_listening() {
-	local deadline=$((SECONDS + ${2:-120}))
+	local deadline=$((SECONDS + ${2:-120})) polls=0
 	# PORT "mark:FILE": the server side says it is ready by creating FILE in PAIR_RESULTS.
-	until if [[ $1 == mark:* ]]; then [[ -e $PAIR_RESULTS/${1#mark:} ]]; else tcp_listening "$1" || cm_listening "$1"; fi; do
+	until if [[ $1 == mark:* ]]; then [[ -e $PAIR_RESULTS/${1#mark:} ]]; else
+		tcp_listening "$1" || { ((polls++ % 5 == 4)) && cm_listening "$1"; }
+	fi; do
 		((SECONDS < deadline)) || return 1
 		nap 0.1
 	done
@@ -49,7 +52,7 @@ ipv4_gid_index() {
 pair_barrier() {
 	local peer=a
 	[[ $PAIR_ROLE == a ]] && peer=b
-	touch "$PAIR_RESULTS/$PAIR_ROLE.$1"
+	: >"$PAIR_RESULTS/$PAIR_ROLE.$1"
 	local deadline=$((SECONDS + 900))
 	until [[ -e $PAIR_RESULTS/$peer.$1 ]]; do
 		((SECONDS < deadline)) || return 1
@@ -82,7 +85,7 @@ pair_stack_up() {
 # Brings up STACK here and waits for the peer to bring up its own (barrier TAG-up). Fails when
 # either side failed, so that neither goes on to exchanges the other will not join.
 pair_stack_up_both() {
-	pair_stack_up "$1" || touch "$PAIR_RESULTS/$PAIR_ROLE.$2-down"
+	pair_stack_up "$1" || : >"$PAIR_RESULTS/$PAIR_ROLE.$2-down"
 	pair_barrier "$2-up" || return 1
 	[[ ! -e $PAIR_RESULTS/a.$2-down && ! -e $PAIR_RESULTS/b.$2-down ]]
 }
@@ -107,7 +110,7 @@ pair_exchange() {
 	if [[ $PAIR_ROLE == a ]]; then
 		# A client started before the server listens fails to connect, and starting a tool
 		# again costs seconds in a TCG guest: tell B when to start.
-		(wait_listening "${PAIR_PORT:-18515}" "$limit" && touch "$listening") &
+		(wait_listening "${PAIR_PORT:-18515}" "$limit" && : >"$listening") &
 		local watcher=$!
 		pair_run_bounded $((limit + 90)) "$peer_done" "$@"
 		rc=$?
@@ -116,17 +119,20 @@ pair_exchange() {
 	else
 		local deadline=$((SECONDS + limit))
 		until [[ -e $listening || -e $peer_done ]] || ((SECONDS >= deadline)); do nap 0.1; done
-		for _ in $(seq "${PAIR_CLIENT_TRIES:-60}"); do
+		local try refused="couldn't connect|unable to connect|connection refused|rdma_cm_event_rejected|rdma_cm_event_unreachable|rdma_connect"
+		for ((try = 0; try < ${PAIR_CLIENT_TRIES:-60}; try++)); do
 			pair_run_bounded "$limit" "$peer_done" "$@" "$PAIR_PEER_IP"
 			rc=$?
-			grep -qiE "couldn't connect|unable to connect|connection refused|RDMA_CM_EVENT_REJECTED|RDMA_CM_EVENT_UNREACHABLE|rdma_connect" <<<"$PAIR_OUT" || break
+			[[ ${PAIR_OUT,,} =~ $refused ]] || break
 			[[ -e $peer_done ]] && break
 			nap 1
 		done
 	fi
-	touch "$done_mark"
+	: >"$done_mark"
 	echo "# $case: barrier $((t1 - t0)) s, exchange $((SECONDS - t1)) s"
-	echo "$PAIR_OUT" | tail -4 | sed 's/^/# /'
+	local lines
+	mapfile -t lines <<<"$PAIR_OUT" # (its last 4 lines)
+	printf '# %s\n' "${lines[@]:$((${#lines[@]} > 4 ? ${#lines[@]} - 4 : 0))}"
 	echo "$PAIR_OUT" >>"$PAIR_RESULTS/$PAIR_ROLE.out"
 	((rc == 0)) || pair_diagnose
 	return $rc
@@ -143,7 +149,7 @@ pair_exchange_perftest_cm() {
 	PAIR_CLIENT_TRIES=$tries pair_exchange "$@"
 	rc=$?
 	if [[ $PAIR_ROLE == b ]] && ((rc != 0)) && perftest_lost_listen_race; then
-		touch "$PAIR_RESULTS/b.$case.listen-race"
+		: >"$PAIR_RESULTS/b.$case.listen-race"
 	fi
 	pair_barrier "$case.verdict" || return 1
 	if [[ -e $PAIR_RESULTS/b.$case.listen-race ]]; then
@@ -162,10 +168,10 @@ pair_run_bounded() {
 	rm -f "$out.rc"
 	# The status file marks the end: the subshell waits for COMMAND itself, so the end is seen
 	# at once whether or not this shell has reaped its children yet (kill -0 finds a zombie).
-	# (Written whole, then renamed: a stop in between leaves no empty status.)
+	# (A stop while it is written leaves no number in it: then wait's status counts.)
 	{
 		"$@"
-		echo $? >"$out.rc.part" && mv "$out.rc.part" "$out.rc"
+		echo $? >"$out.rc"
 	} >"$out" 2>&1 &
 	local pid=$! deadline=$((SECONDS + limit)) why=
 	while [[ ! -e $out.rc ]] && kill -0 "$pid" 2>/dev/null; do
@@ -182,9 +188,10 @@ pair_run_bounded() {
 	done
 	# (No "Killed" line from the shell: the reason is in PAIR_OUT.)
 	{ wait "$pid"; } 2>/dev/null
-	local rc=$?
-	[[ -e $out.rc && $(<"$out.rc") =~ ^[0-9]+$ ]] && rc=$(<"$out.rc")
-	PAIR_OUT=$(cat "$out")
+	local rc=$? status=
+	[[ -e $out.rc ]] && read -r status <"$out.rc"
+	[[ $status =~ ^[0-9]+$ ]] && rc=$status
+	slurp PAIR_OUT "$out"
 	[[ -z $why ]] || PAIR_OUT+=$'\n'"pair: $1 stopped: $why"
 	return "$rc"
 }

@@ -97,7 +97,7 @@ cm_exchange() {
 			rm -f "$PAIR_RESULTS"/{a.mckey.attached,a.mckey.done,b.mckey.gave_up}
 			stdbuf -oL mckey -m 239.1.1.1 -b "$PAIR_MY_IP" -C 10 >"$out" 2>&1 &
 			local pid=$!
-			wait_for 60 grep -q "receiving data transfers" "$out" && nap 2 && touch "$PAIR_RESULTS/a.mckey.attached"
+			wait_for 60 grep -q "receiving data transfers" "$out" && nap 2 && : >"$PAIR_RESULTS/a.mckey.attached"
 			while kill -0 "$pid" 2>/dev/null && [[ ! -e $PAIR_RESULTS/b.mckey.gave_up ]]; do
 				nap 0.5
 			done
@@ -106,7 +106,7 @@ cm_exchange() {
 			rc=$?
 			cat "$out"
 			if ((rc == 0)); then
-				touch "$PAIR_RESULTS/a.mckey.done"
+				: >"$PAIR_RESULTS/a.mckey.done"
 			else
 				echo "mckey: fewer than 10 datagrams arrived; $PAIR_DEV's multicast addresses:"
 				ip maddr show dev "$PAIR_DEV"
@@ -132,7 +132,7 @@ cm_exchange() {
 					return 0
 				fi
 			done
-			touch "$PAIR_RESULTS/b.mckey.gave_up"
+			: >"$PAIR_RESULTS/b.mckey.gave_up"
 			echo "mckey: A did not get 10 datagrams from 5 rounds of 30"
 			return 1
 			;;
