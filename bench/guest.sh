@@ -10,7 +10,8 @@
 # BENCH_CASES, an extended regex, keeps only the cases whose name ("STACK-TEST-SIZE",
 # "STACK-rate-QPS", "tcp-STREAMS", with "-mtu9000" appended at that link MTU) it matches.
 # Each pass runs at a link MTU of 1500 (IB MTU 1024) and then 9000 (IB MTU 4096; bandwidth
-# from 4 KiB, message rate and TCP only), whose rows are labelled "TEST mtu9000".
+# from 4 KiB, message rate and TCP only), whose rows are labelled "TEST mtu9000"; at 1500 it
+# also runs some cases within one guest (loopback_pass, rows "TEST loopback").
 source "$RXE_RS_ROOT/selftests/guest/pair.sh"
 source "$RXE_RS_ROOT/selftests/guest/lib.sh"
 BW_SIZES="64 1024 4096 16384 65536 262144 1048576"
@@ -137,6 +138,55 @@ stack_pass() {
 	done
 }
 
+# One guest alone (A; B waits): both ends of perftest on A, over its own address. Rows "TEST
+# loopback": bandwidth at 64 KiB, latency at 64 B, the message rate at 64 B with one QP; cases
+# "STACK-TEST-SIZE-loopback". With one vCPU only the cases whose server sleeps (WRITE, READ)
+# mean something: two busy-polling processes take turns at the scheduler tick (send and write
+# latency both read 1000 us then). No CPU per GB: rdma_rxe hands a local packet to its own
+# receive path, so `lo`, which bench/cpu_sample.py watches, shows none of its traffic.
+loopback_pass() {
+	local stack=$1 test cases=() c words
+	pair_barrier "loopback-$stack-$PASS" || return
+	[[ $PAIR_ROLE == a ]] || return 0
+	cases=("ib_write_bw 65536 -D 3" "ib_read_bw 65536 -D 3" "ib_read_lat 64 -n 500" "rate 64 -D 3")
+	(($(nproc) > 1)) && cases+=("ib_send_bw 65536 -D 3" "ib_send_lat 64 -n 500" "ib_write_lat 64 -n 500")
+	local wanted_cases=()
+	for c in "${cases[@]}"; do
+		read -r -a words <<<"$c"
+		wanted "$stack-${words[0]}-${words[1]}-loopback" && wanted_cases+=("$c")
+	done
+	((${#wanted_cases[@]})) || return 0
+	pair_stack_up "$stack" || { echo "# $stack did not come up for loopback"; return; }
+	TAG=" loopback"
+	for c in "${wanted_cases[@]}"; do
+		read -r -a words <<<"$c"
+		loopback_case "$stack" "${words[@]}"
+	done
+	TAG=
+	reset_modules
+}
+
+# One case of loopback_pass: perftest's server in the background, its client here; TEST "rate"
+# is ib_write_bw's message rate.
+loopback_case() {
+	local stack=$1 test=$2 size=$3 tool=$2
+	shift 3
+	[[ $test == rate ]] && tool=ib_write_bw
+	local cmd=("$tool" -d "$DEV" -x "$GID" -F -s "$size" "$@")
+	"${cmd[@]}" >"$PAIR_RESULTS/loopback-server.out" 2>&1 &
+	local server=$!
+	wait_listening 18515 60 || echo "# loopback $stack $test: the server did not listen"
+	PAIR_OUT=$(timeout 120 "${cmd[@]}" "$PAIR_MY_IP" 2>&1)
+	local rc=$?
+	reap "$server" 60
+	((rc == 0)) || { echo "# loopback $stack $test: client exit $rc"; tail -3 <<<"$PAIR_OUT"; return 1; }
+	if [[ $test == rate ]]; then
+		record_rate "$stack" ib_write_bw "$size" 1
+	else
+		record "$stack" "$test" "$size"
+	fi
+}
+
 pair_link
 pair_wait_peer 900 || echo "# the peer never answered ping"
 
@@ -185,6 +235,11 @@ for ((PASS = 1; PASS <= RUNS; PASS++)); do
 			stack_pass "$stack"
 		done
 		reset_modules
+		if [[ -z $TAG ]]; then
+			for stack in $stacks; do
+				loopback_pass "$stack"
+			done
+		fi
 		tcp_case 1
 		tcp_case 4
 	done
