@@ -13,6 +13,7 @@ use crate::{
         lock::{new_spinlock_bh, SpinLockBh},
         netdev::NetDevice,
         object::Udata,
+        skb::SkBuff,
         umem::random_u32,
     },
     limits::{self, PORT},
@@ -31,7 +32,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use kernel::{prelude::*, sync::Arc, types::ARef};
 
 /// Per-device driver state, embedded behind the `ib_device`.
-#[pin_data]
+#[pin_data(PinnedDrop)]
 pub(crate) struct RxeDevice {
     /// EUI-64 of the netdev's MAC when the device was created (node and system image GUID).
     guid: [u8; 8],
@@ -59,6 +60,16 @@ pub(crate) struct RxeDevice {
     pub(crate) res: Arc<Resources>,
 }
 
+#[pinned_drop]
+impl PinnedDrop for RxeDevice {
+    fn drop(self: Pin<&mut Self>) {
+        // Dropped by `dealloc_driver`, in process context, after the core destroyed every QP:
+        // nothing sends on this device any more. Packets it sent to this host may still wait
+        // for the receive path, whose work item is this module's code.
+        self.res.local.drain();
+    }
+}
+
 /// Counts live objects of one kind against the limit the device advertises.
 struct ObjectCount(AtomicU32);
 
@@ -84,7 +95,8 @@ impl ObjectCount {
 
 impl RxeDevice {
     /// The state of a new device on `ndev`; the port starts DOWN until [`Self::sync_port`].
-    pub(crate) fn new(ndev: &NetDevice) -> impl PinInit<Self, Error> {
+    /// Packets it sends to this host go to `receive`, the receive path.
+    pub(crate) fn new(ndev: &NetDevice, receive: fn(SkBuff)) -> impl PinInit<Self, Error> {
         let guid = Self::guid_for(ndev);
         let mtu = IbMtu::for_netdev_mtu(ndev.mtu()) as u32;
         let ndev: ARef<NetDevice> = ndev.into();
@@ -98,7 +110,7 @@ impl RxeDevice {
             qps <- IndexTable::new(limits::FIRST_QPN, limits::MAX_QP),
             gsi <- new_spinlock_bh!(None, "rxe_rs_gsi"),
             mcast <- McastGroups::new(),
-            res: Arc::pin_init(Resources::new(ndev), GFP_KERNEL)?,
+            res: Arc::pin_init(Resources::new(ndev, receive), GFP_KERNEL)?,
         }? Error)
     }
 

@@ -8,7 +8,9 @@ use crate::{
         ib::{self, Device, DeviceConfig, NewDevice},
         link::{LinkDriver, LinkLockGuard},
         netdev::NetDevice,
+        udp_tunnel::EncapReceiver,
     },
+    net::recv::Receiver,
 };
 use kernel::{c_str, prelude::*, str::CStr};
 
@@ -48,7 +50,8 @@ impl LinkDriver for RxeLink {
             num_comp_vectors: 1,
             owner: &crate::THIS_MODULE,
         };
-        let mut new = NewDevice::<RxeDevice>::new(RxeDevice::new(ndev), &config)?;
+        let mut new =
+            NewDevice::<RxeDevice>::new(RxeDevice::new(ndev, Receiver::receive), &config)?;
         new.set_netdev(ndev)?;
         new.enable_legacy_commands();
         // The core reports a name taken meanwhile by another driver as ENFILE.

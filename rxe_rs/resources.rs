@@ -5,7 +5,7 @@
 
 use crate::{
     counters::Counters,
-    kext::{crc::KernelCrc32, netdev::NetDevice},
+    kext::{crc::KernelCrc32, local_delivery::LocalDelivery, netdev::NetDevice, skb::SkBuff},
     limits,
     table::IndexTable,
     verbs::{
@@ -31,17 +31,21 @@ pub(crate) struct Resources {
     /// The netdev packets go out on. Ours to hold: the RDMA core's own accessor takes a lock
     /// that must not be taken in softirq, where ACKs and READ responses are sent.
     pub(crate) ndev: ARef<NetDevice>,
+    /// Where packets for this host go: straight to the receive path.
+    pub(crate) local: Arc<LocalDelivery>,
 }
 
 impl Resources {
-    /// Empty tables and zeroed counters for a device on `ndev`.
-    pub(crate) fn new(ndev: ARef<NetDevice>) -> impl PinInit<Self, Error> {
+    /// Empty tables and zeroed counters for a device on `ndev`; packets it sends to this host
+    /// go to `receive` (the receive path, in softirq context).
+    pub(crate) fn new(ndev: ARef<NetDevice>, receive: fn(SkBuff)) -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
             mrs <- IndexTable::new(1, limits::MAX_MR),
             ahs <- IndexTable::new(1, limits::MAX_AH),
             counters: Counters::new(),
             crc: KernelCrc32::new(),
             ndev,
+            local: LocalDelivery::new(receive)?,
         }? Error)
     }
 

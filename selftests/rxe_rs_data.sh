@@ -5,7 +5,8 @@
 # draining; a batch of small WRITEs asking for 2 ACKs, not one each; remote accesses with a wrong rkey, without the right or out of bounds failing with
 # REM_ACCESS_ERR without touching memory (guest/rdma_data.py, two QPs over loopback); garbage
 # written to the mapped rings failing only its own QP or CQ (guest/ring_scribble.py); rnr_retry
-# and retry_cnt honoured against a responder without receives or in ERR (guest/rc_recovery.py).
+# and retry_cnt honoured against a responder without receives or in ERR (guest/rc_recovery.py);
+# those packets, between QPs of this host, go to the receive path without crossing lo.
 source "$(dirname "$0")/guest/lib.sh"
 DEV=rxers0
 
@@ -17,17 +18,22 @@ scribbles=(rq_indices_scribbled rq_wqe_scribbled sq_indices_scribbled sq_wqe_scr
 	cq_indices_scribbled)
 recoveries=(rnr_retry_exhausted rnr_waits_for_a_receive retry_cnt_exhausted)
 ktap_print_header
-ktap_set_plan $((${#checks[@]} + ${#scribbles[@]} + ${#recoveries[@]} + 1))
+ktap_set_plan $((${#checks[@]} + ${#scribbles[@]} + ${#recoveries[@]} + 2))
 reset_or_bail
 make_veth veth0 veth1 10.11.0.1/24
 rdma link add "$DEV" type rxe_rs netdev veth0
 wait_for 30 gid_present "$DEV" "0000:0000:0000:0000:0000:ffff:0a0b:0001"
 
+counter() { hw_counter "$DEV" "$1"; }
+lo_rx() { cat /sys/class/net/lo/statistics/rx_packets; }
+lo_before=$(lo_rx) sent_before=$(counter sent_pkts)
 run_py_checks rdma_data.py "${checks[@]}"
+lo_packets=$(($(lo_rx) - lo_before)) sent=$(($(counter sent_pkts) - sent_before))
+echo "# rdma_data.py: $sent RoCE packets sent, $lo_packets packets through lo"
+check "packets between QPs of this host skip lo (local delivery)" test $((lo_packets * 10)) -lt "$sent"
 run_py_checks ring_scribble.py "${scribbles[@]}"
 run_py_checks rc_recovery.py "${recoveries[@]}"
 rdma statistic show link "$DEV/1" | sed 's/^/# /'
-counter() { hw_counter "$DEV" "$1"; }
 check "the remote access errors were NAKed and counted" test "$(counter rcvd_invalid_request)" -ge 5
 
 rdma link delete "$DEV"

@@ -20,3 +20,8 @@ pub(crate) fn eaddrinuse() -> Error {
 pub(crate) fn emsgsize() -> Error {
     Error::from_errno(-90)
 }
+
+/// No buffer space available (uapi 105): a queue of packets is full.
+pub(crate) fn enobufs() -> Error {
+    Error::from_errno(-105)
+}

@@ -274,6 +274,54 @@ void rxe_rs_helper_dst_hold(struct dst_entry *dst)
 	dst_hold(dst);
 }
 
+/*
+ * Whether a route leads to an address of this host in init_net: a local route (not one the
+ * kernel swapped to the blackhole device, which is a loopback device too), out of init_net's
+ * lo, without IPsec.
+ */
+bool rxe_rs_helper_dst_is_local(struct dst_entry *dst, bool ipv6)
+{
+	if (dst_xfrm(dst) || dst->dev != init_net.loopback_dev)
+		return false;
+	if (ipv6) {
+#if IS_ENABLED(CONFIG_IPV6)
+		return container_of(dst, struct rt6_info, dst)->rt6i_flags & RTF_LOCAL;
+#else
+		return false;
+#endif
+	}
+	return container_of(dst, struct rtable, dst)->rt_type == RTN_LOCAL;
+}
+
+/*
+ * Makes skb (an IP datagram from data on) look as it does when it comes back through lo:
+ * network and transport headers set, protocol, device (init_net's lo, which lives as long as
+ * the system: rxe_rs_helper_dst_is_local), no route.
+ */
+void rxe_rs_helper_skb_as_looped_back(struct sk_buff *skb, struct dst_entry *dst, bool ipv6)
+{
+	skb_reset_network_header(skb);
+	skb_set_transport_header(skb, ipv6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr));
+	skb->protocol = htons(ipv6 ? ETH_P_IPV6 : ETH_P_IP);
+	skb->pkt_type = PACKET_HOST;
+	skb->dev = dst->dev;
+}
+
+void rxe_rs_helper_skb_queue_head_init(struct sk_buff_head *list)
+{
+	skb_queue_head_init(list);
+}
+
+void rxe_rs_helper_rcu_read_lock(void)
+{
+	rcu_read_lock();
+}
+
+void rxe_rs_helper_rcu_read_unlock(void)
+{
+	rcu_read_unlock();
+}
+
 /* Sends a complete IP datagram (skb->data at the IP header) along `dst`, whose reference the
  * skb takes. */
 int rxe_rs_helper_ip_local_out(struct sk_buff *skb, struct dst_entry *dst, bool ipv6)

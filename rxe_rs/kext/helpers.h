@@ -46,6 +46,11 @@ struct net_device *rxe_rs_helper_dev_by_local_addr_v4(const u8 *addr);
 struct net_device *rxe_rs_helper_dev_by_local_addr_v6(const u8 *addr);
 void rxe_rs_helper_dst_hold(struct dst_entry *dst);
 int rxe_rs_helper_ip_local_out(struct sk_buff *skb, struct dst_entry *dst, bool ipv6);
+bool rxe_rs_helper_dst_is_local(struct dst_entry *dst, bool ipv6);
+void rxe_rs_helper_skb_as_looped_back(struct sk_buff *skb, struct dst_entry *dst, bool ipv6);
+void rxe_rs_helper_skb_queue_head_init(struct sk_buff_head *list);
+void rxe_rs_helper_rcu_read_lock(void);
+void rxe_rs_helper_rcu_read_unlock(void);
 
 void rxe_rs_helper_timer_setup(struct timer_list *timer, void (*func)(struct timer_list *));
 unsigned long rxe_rs_helper_jiffies(void);

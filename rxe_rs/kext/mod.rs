@@ -13,6 +13,7 @@ pub(crate) mod errno;
 pub(crate) mod ib;
 pub(crate) mod kmem;
 pub(crate) mod link;
+pub(crate) mod local_delivery;
 pub(crate) mod lock;
 pub(crate) mod mmap;
 pub(crate) mod netdev;

@@ -20,7 +20,9 @@ impl SkBuff {
 
     /// The device it arrived on.
     pub(crate) fn netdev(&self) -> Option<&NetDevice> {
-        // SAFETY: a received skb holds its device for as long as it lives.
+        // SAFETY: the device of a received skb outlives it (the stack purges an unregistering
+        // device's queues); one we queued for local delivery names init_net's `lo`, which lives
+        // as long as the system.
         let dev = unsafe { bindings::rxe_rs_helper_skb_dev(self.0.as_ptr()) };
         // SAFETY: non-NULL, valid while the skb is (above).
         (!dev.is_null()).then(|| unsafe { NetDevice::from_raw(dev) })

@@ -1,16 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0
 //! Transmit: an IP datagram we write into a fresh skb, routed out of a netdev with
 //! `ip_local_out`/`ip6_local_out` (netfilter, neighbour resolution and qdiscs as for any local
-//! traffic).
+//! traffic), or, when it is for this host, handed to the receive path ([`LocalDelivery`]).
 
-use super::{bindings, netdev::NetDevice};
+use super::{bindings, local_delivery::LocalDelivery, netdev::NetDevice};
 use core::{mem::ManuallyDrop, ptr::NonNull};
-use kernel::{error::to_result, prelude::*};
+use kernel::{error::to_result, prelude::*, sync::Arc};
 
 /// A route to a peer: a held `dst_entry`, released on drop.
 pub(crate) struct Route {
     dst: NonNull<bindings::dst_entry>,
     ipv6: bool,
+    /// The destination is an address of this host.
+    local: bool,
 }
 
 impl Route {
@@ -30,10 +32,18 @@ impl Route {
                 _ => return None,
             }
         };
+        let dst = NonNull::new(raw)?;
         Some(Self {
-            dst: NonNull::new(raw)?,
+            dst,
             ipv6: src.len() == 16,
+            // SAFETY: a held dst (above), of the family the lookup was for.
+            local: unsafe { bindings::rxe_rs_helper_dst_is_local(dst.as_ptr(), src.len() == 16) },
         })
+    }
+
+    /// Whether the route leads to an address of this host (in `init_net`).
+    pub(crate) fn is_local(&self) -> bool {
+        self.local
     }
 }
 
@@ -44,6 +54,7 @@ impl Clone for Route {
         Self {
             dst: self.dst,
             ipv6: self.ipv6,
+            local: self.local,
         }
     }
 }
@@ -95,6 +106,24 @@ impl TxDatagram {
         to_result(unsafe {
             bindings::rxe_rs_helper_ip_local_out(this.skb.as_ptr(), route.dst.as_ptr(), route.ipv6)
         })
+    }
+}
+
+impl TxDatagram {
+    /// Hands the datagram, for an address of this host (`route` is local), to the receive path
+    /// through `local`; the skb is gone either way.
+    pub(crate) fn deliver_locally(self, route: &Route, local: &Arc<LocalDelivery>) -> Result {
+        let this = ManuallyDrop::new(self);
+        // SAFETY: we own the skb, whose data is the whole datagram; `route` holds its dst.
+        unsafe {
+            bindings::rxe_rs_helper_skb_as_looped_back(
+                this.skb.as_ptr(),
+                route.dst.as_ptr(),
+                route.ipv6,
+            )
+        };
+        // SAFETY: the skb is ours and passes to the queue.
+        unsafe { local.deliver(this.skb) }
     }
 }
 

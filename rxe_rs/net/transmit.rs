@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 //! Putting a QP's packets on the wire: the route to its peer is looked up once per burst, each
-//! packet is built in place in its skb (headers, payload filled by the caller, ICRC).
+//! packet is built in place in its skb (headers, payload filled by the caller, ICRC). A packet
+//! for this host skips the IP layers: it is queued for our receive path.
 
 use crate::{
     counters::Counter,
@@ -81,6 +82,11 @@ impl<'a> Transmitter<'a> {
         let payload = frame.write_headers(buf).ok_or(TxError::Dropped)?;
         fill(&mut buf[payload]).map_err(TxError::Payload)?;
         seal(buf, &self.res.crc).ok_or(TxError::Dropped)?;
-        skb.send(self.route.clone()).map_err(|_| TxError::Dropped)
+        if self.route.is_local() {
+            skb.deliver_locally(&self.route, &self.res.local)
+        } else {
+            skb.send(self.route.clone())
+        }
+        .map_err(|_| TxError::Dropped)
     }
 }
