@@ -107,9 +107,7 @@ impl TxDatagram {
             bindings::rxe_rs_helper_ip_local_out(this.skb.as_ptr(), route.dst.as_ptr(), route.ipv6)
         })
     }
-}
 
-impl TxDatagram {
     /// Hands the datagram, for an address of this host (`route` is local), to the receive path
     /// through `local`; the skb is gone either way.
     pub(crate) fn deliver_locally(self, route: &Route, local: &Arc<LocalDelivery>) -> Result {
