@@ -126,7 +126,8 @@ cm_exchange() {
 		mckey)
 			local round
 			for round in 1 2 3 4 5; do
-				mckey -m 239.1.1.1 -b "$PAIR_MY_IP" -s -C 30 || return 1
+				# (A failed sender gives up too: A stops waiting at once.)
+				mckey -m 239.1.1.1 -b "$PAIR_MY_IP" -s -C 30 || { : >"$PAIR_RESULTS/b.mckey.gave_up"; return 1; }
 				if wait_for 5 test -e "$PAIR_RESULTS/a.mckey.done"; then
 					echo "mckey: A had its 10 datagrams after $round round(s) of 30"
 					return 0
