@@ -50,7 +50,7 @@ def main():
     qp.modify(rts, e.IBV_QP_STATE | e.IBV_QP_SQ_PSN)
 
     gid_index, _ = ipv4_gid_index(ctx)
-    dgid = GID(f"::ffff:{group}")
+    dgid = GID(ipaddress.IPv6Address(f"::ffff:{group}").exploded)  # (pyverbs wants all 8 groups)
     ah = AH(pd, attr=AHAttr(is_global=1, port_num=1, gr=GlobalRoute(dgid=dgid, sgid_index=gid_index, hop_limit=64)))
     mr = MR(pd, MESSAGE_SIZE, e.IBV_ACCESS_LOCAL_WRITE)
     mr.write(b"m" * MESSAGE_SIZE, MESSAGE_SIZE, 0)
