@@ -174,8 +174,11 @@ cm_port() {
 # kernel where rxe_rs runs it. B's requester is running from ACKs while perftest posts, so
 # rxe_rs's provider skips the send doorbell (RING_FLAG_SQ_POLLED) for most posts; a responder
 # answering rxe_rs is asked for an ACK every 32 packets and at the end of a run, not once per
-# message (rdma_rxe asks for one per message). Without either, each count is about N; on TCG a
-# stream gives about N/10 doorbells (1 in 32 posts rings regardless) and N/5 ACKs; the bound is N/2.
+# message (rdma_rxe asks for one per message). Without either, each count is N or more (a
+# doorbell per post, an ACK per message). On an otherwise idle TCG host a stream gives about N/10
+# doorbells (1 in 32 posts rings regardless) and N/5 ACKs; with the single-VM guests beside the
+# pair on 2 host cores, 0.58 N and 0.65 N in one make check, where B moved 206 WRITEs/s: too few
+# to keep the 8 packets in flight the skipping needs. The bound, 9N/10, tells that from none.
 counted_exchange() {
 	local label=$1 mine=$2 n=${!#} doorbells acks
 	shift 2
@@ -185,9 +188,9 @@ counted_exchange() {
 	doorbells=$(($(hw_counter "$DEV" send_doorbells) - doorbells)) acks=$(($(hw_counter "$DEV" sent_acks) - acks))
 	echo "# $label: $doorbells send doorbells, $acks ACKs sent for $n WRITEs"
 	if [[ $PAIR_ROLE == b ]]; then
-		((doorbells < n / 2)) || { echo "# $doorbells doorbells for $n posts: posts in a stream should not need one"; return 1; }
+		((doorbells < n * 9 / 10)) || { echo "# $doorbells doorbells for $n posts: posts in a stream should not need one"; return 1; }
 	elif [[ $label == rxe_rs\<-\>rxe_rs:* ]]; then
-		((acks < n / 2)) || { echo "# $acks ACKs for $n WRITEs of a stream"; return 1; }
+		((acks < n * 9 / 10)) || { echo "# $acks ACKs for $n WRITEs of a stream"; return 1; }
 	fi
 }
 
