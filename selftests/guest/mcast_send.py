@@ -2,10 +2,10 @@
 device has sent each of them (pyverbs, plain verbs: no join is needed to send to a group).
 
 mckey -s posts its sends unsignaled and destroys its address handle and QP right after posting.
-rdma_rxe sends a user QP's WQEs from a work item, so on a busy single-vCPU guest that work often
-runs only after the teardown, and the whole burst is never sent (nothing is lost on the wire or
-at the receiver). This sender signals every send and polls for the completions before it tears
-anything down, so what it reports as sent left the host.
+rdma_rxe sends a user QP's WQEs from a work item, so on a busy single-vCPU guest that work may
+run only after the teardown, and then the whole burst is never sent (nothing is lost on the wire
+or at the receiver). This sender signals every send and polls for the completions before it
+tears anything down, so what it reports as sent left the host.
 
 Usage: mcast_send.py DEVICE GROUP COUNT
 The datagrams carry 100 bytes to QPN 0xFFFFFF with rdma_cm's Q_Key for the UDP port space, as

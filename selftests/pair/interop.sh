@@ -125,7 +125,7 @@ cm_exchange() {
 		udaddy) udaddy -s "$peer" -c 2 -C 20 ;;
 		mckey)
 			# rdma_rxe sends a user QP's WQEs from a work item, and mckey -s tears its QP down
-			# right after posting them unsignaled: on a busy guest the work often runs too late
+			# right after posting them unsignaled: on a busy guest the work may run too late
 			# and the burst is never sent. Where rdma_rxe sends, mcast_send.py does what mckey -s
 			# does but waits for its completions (see there); rxe_rs sends from the doorbell
 			# syscall, so there mckey -s itself is the sender.
