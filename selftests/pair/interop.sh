@@ -126,9 +126,9 @@ cm_exchange() {
 		mckey)
 			# rdma_rxe sends a user QP's WQEs from a work item, and mckey -s tears its QP down
 			# right after posting them unsignaled: rdma_rxe then sends only part of the burst
-			# (11 to 30 of 30 in a 1-vCPU guest), or none. Where rdma_rxe sends, mcast_send.py does what mckey -s
-			# does but waits for its completions (see there); rxe_rs sends from the doorbell
-			# syscall, so there mckey -s itself is the sender.
+			# (11 to 30 of 30 in a 1-vCPU guest), or none. Where rdma_rxe sends, mcast_send.py
+			# does what mckey -s does but waits for its completions (see there); rxe_rs sends
+			# from the doorbell syscall, so there mckey -s itself is the sender.
 			local round sender=(mckey -m 239.1.1.1 -b "$PAIR_MY_IP" -s -C 30)
 			[[ $DEV == rxe0 ]] && sender=(/usr/bin/python3 -u "$RXE_RS_ROOT/selftests/guest/mcast_send.py" "$DEV" 239.1.1.1 30)
 			for round in 1 2 3 4 5; do
