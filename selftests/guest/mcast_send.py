@@ -5,8 +5,8 @@ mckey -s posts its sends unsignaled and destroys its address handle and QP right
 rdma_rxe sends a user QP's WQEs from a work item, so on a busy single-vCPU guest that work may
 run only after the teardown, and what it had not sent by then is never sent (nothing is lost on
 the wire or at the receiver): in a 1-vCPU guest rdma_rxe's sent_pkts rose by 11 to 30 for each
-of 12 runs of `mckey -s -C 30`, every one exiting 0. This sender signals every send and polls for the completions before it
-tears anything down, so what it reports as sent left the host.
+of 12 runs of `mckey -s -C 30`, every one exiting 0. This sender signals every send and polls
+for the completions before it tears anything down, so what it reports as sent left the host.
 
 Usage: mcast_send.py DEVICE GROUP COUNT
 The datagrams carry 100 bytes to QPN 0xFFFFFF with rdma_cm's Q_Key for the UDP port space, as
