@@ -37,12 +37,24 @@ pub struct Progress {
     pub sent: u32,
     /// READ: responses received (and scattered) so far.
     pub read_got: u32,
+    /// A local operation (a memory registration or invalidation): it sends nothing and uses no
+    /// PSN. `sent` is 1 once the requester executed it; it completes once all before it did.
+    pub local: bool,
 }
 
 impl Progress {
-    /// Its last PSN.
+    /// Its last PSN. A local operation's is the one before its `first_psn` (the last PSN of
+    /// what precedes it), so an ACK that completes its predecessors completes it too.
     pub fn last_psn(&self) -> Psn {
+        if self.local {
+            return self.first_psn.add(super::psn::PSN_MASK);
+        }
         self.first_psn.add(self.npkts.saturating_sub(1))
+    }
+
+    /// A local operation the requester executed.
+    pub fn local_done(&self) -> bool {
+        self.local && self.sent > 0
     }
 
     /// All of its packets (for a READ, requests for all its responses) are out.
@@ -52,7 +64,7 @@ impl Progress {
 
     /// `psn` is one of its PSNs.
     pub fn uses(&self, psn: Psn) -> bool {
-        psn.diff(self.first_psn) >= 0 && psn.diff(self.last_psn()) <= 0
+        !self.local && psn.diff(self.first_psn) >= 0 && psn.diff(self.last_psn()) <= 0
     }
 
     fn span(&self) -> Span {
@@ -196,6 +208,18 @@ impl<S: DerefMut<Target = [Progress]>> SendQueue<S> {
         Some(index)
     }
 
+    /// Takes a local operation (no packets, no PSNs) at index `fetched`. Returns its index, or
+    /// `None` if the copies are all in use.
+    pub fn push_local(&mut self) -> Option<u32> {
+        let index = self.take_slot()?;
+        *self.work_mut(index) = Progress {
+            local: true,
+            first_psn: self.next_psn,
+            ..Progress::default()
+        };
+        Some(index)
+    }
+
     fn take_slot(&mut self) -> Option<u32> {
         if self.held() >= self.capacity() {
             return None;
@@ -249,6 +273,27 @@ impl<S: DerefMut<Target = [Progress]>> SendQueue<S> {
         }
     }
 
+    /// The local operation at `index`, the one at `cur`, was executed (or had been, before a
+    /// rewind went back past it): sending moves on to the next WQE.
+    pub fn record_local_done(&mut self, index: u32) {
+        if index == self.started_end {
+            self.started_end = index.wrapping_add(1);
+        }
+        let w = self.work_mut(index);
+        if w.local {
+            w.sent = 1;
+        }
+        if index == self.cur {
+            self.cur = index.wrapping_add(1);
+        }
+    }
+
+    /// The oldest WQE is a local operation already executed: it completes now (everything
+    /// before it did).
+    pub fn oldest_is_done_local(&self) -> bool {
+        self.consumer != self.fetched && self.work(self.consumer).local_done()
+    }
+
     /// Completes the oldest WQE (the caller made sure there is one): returns its progress, for
     /// the completion, and hands its slot back.
     pub fn retire(&mut self) -> Progress {
@@ -284,7 +329,10 @@ impl<S: DerefMut<Target = [Progress]>> SendQueue<S> {
         let mut i = index;
         while i != end {
             let w = self.work_mut(i);
-            w.sent = if w.is_read {
+            // A local operation is executed once: going back past it does not undo it.
+            w.sent = if w.local {
+                w.sent
+            } else if w.is_read {
                 w.read_got
             } else if i == index {
                 psn.diff(w.first_psn).unsigned_abs()
@@ -474,9 +522,85 @@ mod tests {
     fn send_all(q: &mut SendQueue<Vec<Progress>>) {
         while q.cur != q.fetched {
             let index = q.cur;
+            if q.work(index).local {
+                q.record_local_done(index);
+                continue;
+            }
             let left = q.work(index).npkts - q.work(index).sent;
             q.record_sent(index, left);
         }
+    }
+
+    #[test]
+    fn a_local_operation_takes_no_psn_and_completes_with_what_precedes_it() {
+        let mut q = queue(8);
+        q.start(Psn::new(10));
+        q.push(K, false, MTU); // PSN 10
+        assert_eq!(q.push_local(), Some(1));
+        q.push(K, false, MTU); // PSN 11
+        assert_eq!(q.work(2).first_psn, Psn::new(11), "the local WQE took no PSN");
+        assert!(!q.work(1).uses(Psn::new(10)) && !q.work(1).uses(Psn::new(11)));
+        send_all(&mut q);
+        assert_eq!(q.sent_end, Psn::new(12), "nothing was sent for it");
+        assert!(q.work(1).local_done());
+        assert_eq!(ack(&mut q, Psn::new(10)), AfterAck::Nothing);
+        assert_eq!(q.consumer, 2, "the WRITE and the registration after it complete");
+        assert_eq!(ack(&mut q, Psn::new(11)), AfterAck::Nothing);
+        assert_eq!(q.consumer, 3);
+        assert!(!q.outstanding());
+    }
+
+    #[test]
+    fn a_local_operation_waits_for_earlier_work_and_is_not_redone_by_a_rewind() {
+        let mut q = queue(8);
+        q.start(Psn::new(0));
+        q.push(2 * K, false, MTU); // PSNs 0-1
+        q.push_local();
+        q.push(K, false, MTU); // PSN 2
+        send_all(&mut q);
+        assert!(!q.oldest_is_done_local(), "the WRITE before it is not complete");
+        q.rewind(Psn::new(1));
+        assert_eq!((q.cur, q.work(0).sent), (0, 1));
+        assert_eq!(q.work(1).sent, 1, "still executed");
+        assert_eq!(q.work(2).sent, 0);
+        q.record_sent(0, 1);
+        assert_eq!(q.cur, 1);
+        q.record_local_done(1);
+        assert_eq!((q.cur, q.sent_end), (2, Psn::new(3)));
+        // The ACK of the WRITE completes the local WQE after it too.
+        assert_eq!(ack(&mut q, Psn::new(1)), AfterAck::Nothing);
+        assert_eq!(q.consumer, 2, "through the local WQE");
+    }
+
+    #[test]
+    fn a_local_operation_after_a_read_completes_once_the_read_does() {
+        let mut q = queue(8);
+        q.start(Psn::new(0));
+        q.push(2 * K, true, MTU); // responses 0-1
+        q.push_local();
+        send_all(&mut q);
+        assert_eq!(q.read_response(Psn::new(0)), ReadResponse::Next(0));
+        q.read_response_arrived(0, Psn::new(0));
+        assert_eq!(q.read_response(Psn::new(1)), ReadResponse::Next(0));
+        q.read_response_arrived(0, Psn::new(1));
+        q.retire();
+        assert!(q.oldest_is_done_local(), "nothing else will complete it");
+        q.retire();
+        assert!(!q.outstanding() && q.nothing_started_left());
+    }
+
+    #[test]
+    fn a_local_operation_alone_is_done_at_once() {
+        let mut q = queue(4);
+        q.start(Psn::new(5));
+        q.push_local();
+        assert!(!q.oldest_is_done_local(), "not executed yet");
+        assert!(!q.outstanding());
+        send_all(&mut q);
+        assert!(q.oldest_is_done_local());
+        assert_eq!(q.next_psn, Psn::new(5));
+        q.retire();
+        assert_eq!((q.consumer, q.cur, q.started_end), (1, 1, 1));
     }
 
     /// An ACK for `psn` as the completer handles it: completes, then moves `acked_psn`.
