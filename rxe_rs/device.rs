@@ -10,7 +10,7 @@ use crate::{
             PortAttr, PortCaps, PortImmutable, PortPhysState, PortState, Qp, QpAttr, QpAttrMask,
             QpInitAttr, QpLinks, QpType, StatDesc,
         },
-        lock::{new_spinlock_bh, SpinLockBh},
+        lock::{new_spinlock_bh, new_spinlock_irq, SpinLockBh},
         netdev::NetDevice,
         object::Udata,
         skb::SkBuff,
@@ -25,7 +25,7 @@ use crate::{
     verbs::ah::{AhInner, RxeAh},
     verbs::cq::RxeCq,
     verbs::mcast::McastGroups,
-    verbs::mr::{self, Backing, MrInner, RxeMr},
+    verbs::mr::{self, Backing, FastRegion, FixedRegion, MrInner, MrKind, RxeMr},
     verbs::pd::RxePd,
 };
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -121,7 +121,9 @@ impl RxeDevice {
 
     /// Registers `inner` and returns its key.
     fn insert_mr(&self, inner: MrInner) -> Result<(RxeMr, u32)> {
-        Ok((RxeMr, self.res.insert_mr(inner)?))
+        let inner = Arc::new(inner, GFP_KERNEL_ACCOUNT)?;
+        let fast = matches!(inner.kind, MrKind::Fast(_)).then(|| inner.clone());
+        Ok((RxeMr { fast }, self.res.insert_mr(inner)?))
     }
 
     /// The QP numbered `qpn`, if it exists (the whole number must match, not only its index).
@@ -163,7 +165,10 @@ impl ib::Driver for RxeDevice {
         attr.vendor_id = limits::VENDOR_ID;
         attr.page_size_cap = limits::PAGE_SIZE_CAP;
         attr.set_caps(
-            DeviceCaps::RC_RNR_NAK_GEN | DeviceCaps::PORT_ACTIVE_EVENT | DeviceCaps::SYS_IMAGE_GUID,
+            DeviceCaps::RC_RNR_NAK_GEN
+                | DeviceCaps::PORT_ACTIVE_EVENT
+                | DeviceCaps::SYS_IMAGE_GUID
+                | DeviceCaps::MEM_MGT_EXTENSIONS,
             // `rdma link delete` is how users remove a soft device.
             KernelCaps::ALLOW_USER_UNREG,
             AtomicCap::None,
@@ -184,6 +189,7 @@ impl ib::Driver for RxeDevice {
         attr.max_qp_init_rd_atom = limits::MAX_RD_ATOMIC as i32;
         attr.max_res_rd_atom = (limits::MAX_RD_ATOMIC * limits::MAX_QP) as i32;
         attr.max_mr_size = limits::MAX_MR_SIZE;
+        attr.max_fast_reg_page_list_len = limits::MAX_FAST_REG_PAGES;
         attr.max_ah = limits::MAX_AH as i32;
         attr.max_mcast_grp = limits::MAX_MCAST_GRP as i32;
         attr.max_mcast_qp_attach = limits::MAX_MCAST_QP_ATTACH as i32;
@@ -378,6 +384,24 @@ impl ib::Driver for RxeDevice {
                 wqe.remote_qpn = *remote_qpn;
                 wqe.remote_qkey = *remote_qkey;
             }
+            KernelDest::Register {
+                key,
+                iova,
+                len,
+                access,
+            } => {
+                wqe.rkey = *key;
+                wqe.remote_addr = *iova;
+                wqe.compare_add = *len;
+                wqe.swap = u64::from(access.raw_int() as u32);
+            }
+        }
+        if matches!(
+            wr.opcode,
+            uapi::send_opcode::LOCAL_INV | uapi::send_opcode::SEND_WITH_INV
+        ) {
+            wqe.imm_data = 0;
+            wqe.invalidate_rkey = wr.imm_data;
         }
         qp.inner
             .post_kernel_send(wqe, wr.sges.iter(), wr.sges.len())
@@ -415,25 +439,58 @@ impl ib::Driver for RxeDevice {
         mr::check_range(iova, len, limits::MAX_MR_SIZE)?;
         let memory = dev.pin_user_memory(start, len, access)?;
         dev.insert_mr(MrInner {
-            key_byte: random_u32() as u8,
             pd: pd.id,
-            iova,
-            len,
-            access,
-            backing: Backing::User(memory),
+            kind: MrKind::Fixed(FixedRegion {
+                key_byte: random_u32() as u8,
+                iova,
+                len,
+                access,
+                backing: Backing::User(memory),
+            }),
         })
     }
 
     fn get_dma_mr(dev: &Device<Self>, pd: &Pd<Self>, access: Access) -> Result<(RxeMr, u32)> {
         mr::check_access(access)?;
         dev.insert_mr(MrInner {
-            key_byte: random_u32() as u8,
             pd: pd.id,
-            iova: 0,
-            len: u64::MAX,
-            access,
-            backing: Backing::Dma,
+            kind: MrKind::Fixed(FixedRegion {
+                key_byte: random_u32() as u8,
+                iova: 0,
+                len: u64::MAX,
+                access,
+                backing: Backing::Dma,
+            }),
         })
+    }
+
+    fn alloc_mr(dev: &Device<Self>, pd: &Pd<Self>, max_pages: u32) -> Result<(RxeMr, u32)> {
+        if max_pages == 0 || max_pages > limits::MAX_FAST_REG_PAGES {
+            return Err(EINVAL);
+        }
+        let key_byte = random_u32() as u8;
+        let region = KBox::pin_init(
+            new_spinlock_irq!(FastRegion::new(key_byte, max_pages)?, "rxe_rs_fast_mr"),
+            GFP_KERNEL,
+        )?;
+        dev.insert_mr(MrInner {
+            pd: pd.id,
+            kind: MrKind::Fast(region),
+        })
+    }
+
+    fn map_mr_begin(mr: &Mr<Self>, page_size: u32) -> Result {
+        mr.fast_region()?.begin_map(page_size)
+    }
+
+    fn map_mr_page(mr: &Mr<Self>, addr: u64) -> Result {
+        mr.fast_region()?.add_page(addr)
+    }
+
+    fn map_mr_end(mr: &Mr<Self>, iova: u64) {
+        if let Ok(mut region) = mr.fast_region() {
+            region.end_map(iova);
+        }
     }
 
     fn dereg_mr(dev: &Device<Self>, mr: &Mr<Self>) -> Result {

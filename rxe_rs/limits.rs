@@ -30,6 +30,9 @@ pub(crate) const MAX_CQE: u32 = (1 << 15) - 1;
 pub(crate) const MAX_MR: u32 = (1 << 16) - 1;
 /// Largest MR.
 pub(crate) const MAX_MR_SIZE: u64 = 1 << 40;
+/// Pages one fast-registration MR maps (rdma_rxe's figure: nvme-rdma then maps 256 + 1, for
+/// 1 MiB I/Os).
+pub(crate) const MAX_FAST_REG_PAGES: u32 = 512;
 /// Queue pairs per device (QP numbers FIRST_QPN..FIRST_QPN + MAX_QP).
 pub(crate) const MAX_QP: u32 = 1 << 16;
 /// First QP table index: 0 and 1 are the special QPs, and rdma_rxe starts at 16 too.

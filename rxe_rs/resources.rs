@@ -10,7 +10,7 @@ use crate::{
     table::IndexTable,
     verbs::{
         ah::AhInner,
-        mr::{self, MrInner, PdId},
+        mr::{self, KeyedMr, MrInner, PdId},
     },
 };
 use kernel::{prelude::*, sync::Arc, types::ARef};
@@ -50,9 +50,9 @@ impl Resources {
     }
 
     /// Registers `inner` in the key table and returns its key.
-    pub(crate) fn insert_mr(&self, inner: MrInner) -> Result<u32> {
-        let key_byte = inner.key_byte;
-        let index = self.mrs.insert(Arc::new(inner, GFP_KERNEL_ACCOUNT)?)?;
+    pub(crate) fn insert_mr(&self, inner: Arc<MrInner>) -> Result<u32> {
+        let key_byte = inner.key_byte();
+        let index = self.mrs.insert(inner)?;
         Ok(mr::make_key(index, key_byte.into()))
     }
 
@@ -61,8 +61,10 @@ impl Resources {
         self.ahs.get(num).filter(|ah| ah.pd == pd)
     }
 
-    /// The MR of an lkey or rkey, if it is registered (the whole key must match).
-    pub(crate) fn lookup_mr(&self, key: u32) -> Option<Arc<MrInner>> {
-        self.mrs.get(key >> 8).filter(|mr| mr.key_byte == key as u8)
+    /// The MR of an lkey or rkey, if it is registered (the whole key must match) and, for a
+    /// fast-registration MR, valid.
+    pub(crate) fn lookup_mr(&self, key: u32) -> Option<KeyedMr> {
+        let mr = self.mrs.get(key >> 8).filter(|mr| mr.key_matches(key))?;
+        Some(KeyedMr { mr, key })
     }
 }

@@ -81,6 +81,14 @@ pub(crate) fn retire(qp: &QpInner, req: &mut Requester, status: WcStatus) {
     }
 }
 
+/// Completes the local operations at the head of the SQ that were executed: everything before
+/// them has completed.
+pub(crate) fn retire_done_locals(qp: &QpInner, req: &mut Requester) {
+    while req.q.oldest_is_done_local() {
+        retire(qp, req, WcStatus::Success);
+    }
+}
+
 /// Arms the retransmission timer if packets are outstanding (and `timeout` is not infinite).
 pub(crate) fn arm_retransmit(qp: &QpInner, s: &mut QpLocked) {
     if s.req.outstanding() {
@@ -140,6 +148,7 @@ fn handle_response_locked(qp: &QpInner, s: &mut QpLocked, d: &Datagram<'_>) -> C
     if s.attrs.state == QpState::Err {
         return counter;
     }
+    retire_done_locals(qp, &mut s.req);
     // Forward progress resets the retry budget and restarts the timer.
     if (s.req.q.consumer != progress_from || s.req.q.acked_psn != acked_before) && !s.comp.rnr_wait
     {

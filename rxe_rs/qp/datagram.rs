@@ -179,7 +179,7 @@ fn receive_locked(qp: &QpInner, s: &mut QpLocked, d: &Datagram<'_>) -> Counter {
         WcStatus::Success,
         wc_opcode::RECV,
         byte_len as u32,
-        imm,
+        responder::Carried::imm(imm),
         d.bth.solicited,
         Some(DatagramSource {
             src_qp: deth.src_qp,
@@ -196,6 +196,15 @@ fn receive_locked(qp: &QpInner, s: &mut QpLocked, d: &Datagram<'_>) -> Counter {
 /// The receive WQE cannot take a datagram (a malformed WQE, or buffers the QP may not write):
 /// it completes with `status` and the QP enters the error state, as for any QP.
 fn fail_recv(qp: &QpInner, s: &mut QpLocked, status: WcStatus) {
-    responder::complete_recv_from(qp, s, status, wc_opcode::RECV, 0, None, false, None);
+    responder::complete_recv_from(
+        qp,
+        s,
+        status,
+        wc_opcode::RECV,
+        0,
+        responder::Carried::Nothing,
+        false,
+        None,
+    );
     qp.enter_error(s);
 }

@@ -570,6 +570,12 @@ impl QpInner {
                 RunEnd::Failed(index, status) => return self.fail(s, index, status),
                 RunEnd::BrokenRing => return self.fatal(s),
             }
+            // Local operations the run executed at the head of the SQ complete now; an
+            // invalidation waiting for them may go next.
+            if s.req.q.oldest_is_done_local() {
+                completer::retire_done_locals(self, &mut s.req);
+                continue;
+            }
             // Whatever is unacknowledged has a timer to resend it: also when this run sent
             // nothing (the window was shut, the READ credits used up) after a timeout had
             // disarmed it.

@@ -4,7 +4,7 @@
 //! what it sent is the completer's job; both work on the QP's state under its lock.
 
 use crate::{
-    kext::ib::{QpState, QpType},
+    kext::ib::{Access, QpState, QpType},
     kext::mmap::RingIndex,
     limits,
     net::transmit::{Transmitter, TxError},
@@ -22,7 +22,7 @@ use crate::{
     },
     qp::{QpInner, QpLocked},
     uapi::{send_flags, send_opcode, wc_opcode, SendWqe, Sge, WcStatus},
-    verbs::sgl,
+    verbs::{mr::MrKind, sgl},
 };
 use kernel::prelude::*;
 
@@ -44,6 +44,10 @@ fn kind(opcode: u32) -> MessageKind {
             imm: true,
             inv: false,
         },
+        send_opcode::SEND_WITH_INV => MessageKind::Send {
+            imm: false,
+            inv: true,
+        },
         send_opcode::RDMA_WRITE => MessageKind::Write { imm: false },
         send_opcode::RDMA_WRITE_WITH_IMM => MessageKind::Write { imm: true },
         _ => MessageKind::Read,
@@ -55,6 +59,8 @@ pub(crate) fn wc_opcode(opcode: u32) -> u32 {
     match opcode {
         send_opcode::RDMA_WRITE | send_opcode::RDMA_WRITE_WITH_IMM => wc_opcode::RDMA_WRITE,
         send_opcode::RDMA_READ => wc_opcode::RDMA_READ,
+        send_opcode::LOCAL_INV => wc_opcode::LOCAL_INV,
+        send_opcode::REG_MR => wc_opcode::REG_MR,
         _ => wc_opcode::SEND,
     }
 }
@@ -159,6 +165,18 @@ impl Requester {
         let is_read = wqe.opcode == send_opcode::RDMA_READ;
         // Whatever happens next, completions report this WQE's id and opcode.
         self.wqes[slot] = wqe;
+        if is_local(wqe.opcode) {
+            // Memory registration and invalidation: a kernel consumer's, on a connection.
+            if !qp.is_kernel() || qp.qp_type != QpType::Rc {
+                let _ = self.q.push_unnumbered(false);
+                return Err((index, WcStatus::LocQpOpErr));
+            }
+            return self
+                .q
+                .push_local()
+                .map(|_| ())
+                .ok_or((index, WcStatus::LocQpOpErr));
+        }
         match self.check(qp, index, wqe) {
             Ok((wqe, len)) => {
                 self.wqes[slot] = wqe;
@@ -187,6 +205,7 @@ impl Requester {
             wqe.opcode,
             send_opcode::SEND
                 | send_opcode::SEND_WITH_IMM
+                | send_opcode::SEND_WITH_INV
                 | send_opcode::RDMA_WRITE
                 | send_opcode::RDMA_WRITE_WITH_IMM
                 | send_opcode::RDMA_READ
@@ -253,6 +272,38 @@ impl Requester {
         }
         Ok((wqe, len as u32))
     }
+}
+
+/// A local operation: no packet, executed when the requester reaches it.
+fn is_local(opcode: u32) -> bool {
+    matches!(opcode, send_opcode::REG_MR | send_opcode::LOCAL_INV)
+}
+
+/// Executes the local operation `wqe` of a kernel consumer's QP: `IB_WR_REG_MR` makes its
+/// fast-registration MR valid under the new key, `IB_WR_LOCAL_INV` invalidates one. Either
+/// fails (with the QP) on an MR that is not a fast-registration MR of the QP's PD, in the
+/// state the operation needs, named by the right key.
+fn execute_local(qp: &QpInner, wqe: &SendWqe) -> core::result::Result<(), WcStatus> {
+    let key = if wqe.opcode == send_opcode::REG_MR {
+        wqe.rkey
+    } else {
+        wqe.invalidate_rkey
+    };
+    let mr = qp.res().mrs.get(key >> 8).ok_or(WcStatus::LocQpOpErr)?;
+    let done = if wqe.opcode == send_opcode::REG_MR {
+        let access = Access::from_raw(wqe.swap as u32 as i32);
+        match &mr.kind {
+            MrKind::Fast(region) if mr.pd == qp.pd => {
+                region
+                    .lock()
+                    .register(key as u8, wqe.remote_addr, wqe.compare_add, access)
+            }
+            _ => Err(EINVAL),
+        }
+    } else {
+        mr.invalidate(key, qp.pd)
+    };
+    done.map_err(|_| WcStatus::LocQpOpErr)
 }
 
 /// Copies the payload bytes at message offset `offset` of the work at `index` into `out`.
@@ -328,6 +379,22 @@ pub(crate) fn run(qp: &QpInner, s: &mut QpLocked) -> RunEnd {
         if w.sent == 0 && s.req.wqe(index).flags & send_flags::FENCE != 0 && !s.req.reads.is_empty()
         {
             break;
+        }
+        if w.local {
+            if w.sent == 0 {
+                let wqe = *s.req.wqe(index);
+                // An invalidation waits for everything before it to complete (rdma_rxe's
+                // local-invalidate fence): those may still be using the MR.
+                if wqe.opcode == send_opcode::LOCAL_INV && index != s.req.q.consumer {
+                    break;
+                }
+                if let Err(status) = execute_local(qp, &wqe) {
+                    return RunEnd::Failed(index, status);
+                }
+            }
+            // Completed by the caller once it is the oldest ([`QpInner::run_requester`]).
+            s.req.q.record_local_done(index);
+            continue;
         }
         let at = w.first_psn.add(w.sent);
         let unacked = at.diff(s.req.q.acked_psn).max(0) as u32;
@@ -418,7 +485,9 @@ fn next_follows(s: &QpLocked, index: u32) -> bool {
         return false;
     }
     let fenced = s.req.wqe(next).flags & send_flags::FENCE != 0;
-    !s.req.q.work(next).is_read && (!fenced || s.req.reads.is_empty())
+    // A local operation sends nothing: what follows it may wait (an invalidation's fence).
+    let w = s.req.q.work(next);
+    !w.is_read && !w.local && (!fenced || s.req.reads.is_empty())
 }
 
 /// Builds and sends the next packet of the work at `index` (for a READ, the request for its
@@ -474,7 +543,8 @@ fn send_packet(
     }
     let seg = segment(kind(wqe.opcode), w.len, mtu, w.first_psn, w.sent);
     let info = seg.opcode.info();
-    let (has_reth, has_imm) = info.map_or((false, false), |i| (i.reth, i.immdt));
+    let (has_reth, has_imm, has_ieth) =
+        info.map_or((false, false, false), |i| (i.reth, i.immdt, i.ieth));
     let ack_req = asks_ack(Place {
         last_of_message: seg.last,
         ..place
@@ -491,7 +561,14 @@ fn send_packet(
             dma_len: w.len,
         }),
         aeth: None,
-        immdt: has_imm.then_some(wqe.imm_data.to_ne_bytes()),
+        // The IETH of SEND WITH INVALIDATE takes the place of immediate data.
+        immdt: if has_imm {
+            Some(wqe.imm_data.to_ne_bytes())
+        } else if has_ieth {
+            Some(wqe.invalidate_rkey.to_be_bytes())
+        } else {
+            None
+        },
         payload_len: seg.len,
     };
     tx.send(&frame, |out| gather(qp, req, index, seg.offset, out))

@@ -227,6 +227,23 @@ pub(super) struct DatagramSource {
     pub(super) network: NetworkType,
 }
 
+/// What a receive completion reports besides the bytes.
+#[derive(Clone, Copy)]
+pub(super) enum Carried {
+    Nothing,
+    /// Immediate data, as the 4 bytes came on the wire.
+    Imm([u8; 4]),
+    /// The R_Key a SEND WITH INVALIDATE invalidated.
+    Invalidated(u32),
+}
+
+impl Carried {
+    /// Immediate data if there is some.
+    pub(super) fn imm(imm: Option<[u8; 4]>) -> Self {
+        imm.map_or(Carried::Nothing, Carried::Imm)
+    }
+}
+
 /// Posts the receive completion of the WQE in `s.resp.recv` and retires it.
 fn complete_recv(
     qp: &QpInner,
@@ -234,10 +251,10 @@ fn complete_recv(
     status: WcStatus,
     opcode: u32,
     byte_len: u32,
-    imm: Option<[u8; 4]>,
+    carried: Carried,
     solicited: bool,
 ) {
-    complete_recv_from(qp, s, status, opcode, byte_len, imm, solicited, None);
+    complete_recv_from(qp, s, status, opcode, byte_len, carried, solicited, None);
 }
 
 /// [`complete_recv`], for a UD message from `source` too.
@@ -248,7 +265,7 @@ pub(super) fn complete_recv_from(
     status: WcStatus,
     opcode: u32,
     byte_len: u32,
-    imm: Option<[u8; 4]>,
+    carried: Carried,
     solicited: bool,
     source: Option<DatagramSource>,
 ) {
@@ -262,14 +279,22 @@ pub(super) fn complete_recv_from(
         status: status.raw(),
         opcode,
         byte_len,
-        imm_data: imm.map_or(0, u32::from_ne_bytes),
+        // `ibv_wc`'s union: immediate data in network order, an invalidated R_Key in host order.
+        imm_data: match carried {
+            Carried::Nothing => 0,
+            Carried::Imm(imm) => u32::from_ne_bytes(imm),
+            Carried::Invalidated(rkey) => rkey,
+        },
         qp_num: qp.qpn,
         src_qp: source.map_or(0, |from| from.src_qp),
-        wc_flags: match (status, imm.is_some(), source.is_some()) {
-            (WcStatus::Success, imm, grh) => {
-                (if imm { wc_flags::WITH_IMM } else { 0 }) | (if grh { wc_flags::GRH } else { 0 })
-            }
-            _ => 0,
+        wc_flags: if status == WcStatus::Success {
+            (match carried {
+                Carried::Nothing => 0,
+                Carried::Imm(_) => wc_flags::WITH_IMM,
+                Carried::Invalidated(_) => wc_flags::WITH_INV,
+            }) | (if source.is_some() { wc_flags::GRH } else { 0 })
+        } else {
+            0
         },
         ..Default::default()
     };
@@ -289,7 +314,15 @@ pub(super) fn complete_recv_from(
 /// flushed by the doorbell the ring's flags ask for.
 pub(crate) fn flush_rq(qp: &QpInner, s: &mut QpLocked) {
     if s.resp.recv.is_some() {
-        complete_recv(qp, s, WcStatus::WrFlushErr, wc_opcode::RECV, 0, None, false);
+        complete_recv(
+            qp,
+            s,
+            WcStatus::WrFlushErr,
+            wc_opcode::RECV,
+            0,
+            Carried::Nothing,
+            false,
+        );
     }
     let producer = qp.rq.load(RingIndex::Producer);
     // A ring too corrupt to read: nothing in it can be flushed.
@@ -301,7 +334,15 @@ pub(crate) fn flush_rq(qp: &QpInner, s: &mut QpLocked) {
             Ok(true) | Err(RqError::BadWqe) => {}
             Ok(false) | Err(RqError::BrokenRing) => return,
         }
-        complete_recv(qp, s, WcStatus::WrFlushErr, wc_opcode::RECV, 0, None, false);
+        complete_recv(
+            qp,
+            s,
+            WcStatus::WrFlushErr,
+            wc_opcode::RECV,
+            0,
+            Carried::Nothing,
+            false,
+        );
     }
 }
 
@@ -503,7 +544,6 @@ fn check_remote(
     }
     let mr = qp.res().lookup_mr(reth.rkey).ok_or(Failure::Access)?;
     mr.check(qp.pd, reth.va, u64::from(reth.dma_len), rights)
-        .map(|_| ())
         .map_err(|_| Failure::Access)
 }
 
@@ -565,9 +605,9 @@ fn handle_request_locked(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) 
             return Counter::RcvdInvalidRequest;
         }
     }
-    if d.info.ieth || d.info.atomic_eth {
-        // SEND WITH INVALIDATE and atomics are not offered (no MWs, atomic_cap NONE): from
-        // our peer, in sequence, that is an invalid request.
+    if d.info.atomic_eth {
+        // Atomics are not offered (atomic_cap NONE): from our peer, in sequence, that is an
+        // invalid request.
         fail(qp, s, Failure::Invalid, psn);
         return Counter::RcvdUnsupported;
     }
@@ -576,15 +616,18 @@ fn handle_request_locked(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) 
     } else {
         None
     };
-    let imm = if d.info.immdt {
-        d.ext_headers
-            .get(d.ext_headers.len() - 4..)
-            .and_then(|b| b.try_into().ok())
-    } else {
-        None
+    // ImmDt and IETH are the last 4 bytes of the extended headers (never both).
+    let last_word: Option<[u8; 4]> = d
+        .ext_headers
+        .get(d.ext_headers.len().saturating_sub(4)..)
+        .and_then(|b| b.try_into().ok());
+    let imm = last_word.filter(|_| d.info.immdt);
+    let carried = match last_word {
+        Some(rkey) if d.info.ieth => Carried::Invalidated(u32::from_be_bytes(rkey)),
+        _ => Carried::imm(imm),
     };
     let result = if d.info.is_send {
-        execute_send(qp, s, d, imm)
+        execute_send(qp, s, d, carried)
     } else if d.info.is_write {
         execute_write(qp, s, d, reth, imm)
     } else if let Some(reth) = reth.filter(|_| d.info.is_read) {
@@ -624,7 +667,7 @@ fn handle_request_locked(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) 
         Ok(Outcome::NotReady) => Counter::RcvdRnr,
         Err(f) => {
             if let Failure::Local(status) = f {
-                complete_recv(qp, s, status, wc_opcode::RECV, 0, None, false);
+                complete_recv(qp, s, status, wc_opcode::RECV, 0, Carried::Nothing, false);
             }
             fail(qp, s, f, psn);
             Counter::RcvdInvalidRequest
@@ -668,12 +711,7 @@ fn rnr_nak(qp: &QpInner, s: &mut QpLocked, psn: Psn) {
     send_ack(qp, s, Syndrome::RnrNak { timer }, psn);
 }
 
-fn execute_send(
-    qp: &QpInner,
-    s: &mut QpLocked,
-    d: &Datagram<'_>,
-    imm: Option<[u8; 4]>,
-) -> Executed {
+fn execute_send(qp: &QpInner, s: &mut QpLocked, d: &Datagram<'_>, carried: Carried) -> Executed {
     if d.info.is_first {
         if let Err(Rnr) = need_recv(qp, s)? {
             // Not executed: the requester sends it again after the RNR timer.
@@ -685,13 +723,22 @@ fn execute_send(
     scatter(qp, recv, d.payload).map_err(Failure::Local)?;
     if d.info.is_last {
         let len = recv.received as u32;
+        if let Carried::Invalidated(rkey) = carried {
+            // After the data is placed; only a fast-registration MR of our PD, by its key.
+            qp.res()
+                .mrs
+                .get(rkey >> 8)
+                .ok_or(EINVAL)
+                .and_then(|mr| mr.invalidate(rkey, qp.pd))
+                .map_err(|_| Failure::Local(WcStatus::RemInvReqErr))?;
+        }
         complete_recv(
             qp,
             s,
             WcStatus::Success,
             wc_opcode::RECV,
             len,
-            imm,
+            carried,
             d.bth.solicited,
         );
     }
@@ -749,7 +796,7 @@ fn execute_write(
                 WcStatus::Success,
                 wc_opcode::RECV_RDMA_WITH_IMM,
                 dma_len,
-                imm,
+                Carried::imm(imm),
                 d.bth.solicited,
             );
         }

@@ -3,10 +3,10 @@
 //! address range and access rights that every local and remote access is checked against.
 
 use crate::{
-    kext::{ib::Access, kmem, umem::PinnedUserMemory},
+    kext::{ib::Access, kmem, lock::SpinLockIrq, umem::PinnedUserMemory},
     uapi::WcStatus,
 };
-use kernel::prelude::*;
+use kernel::{prelude::*, sync::Arc};
 
 /// Access flags we implement; the optional range is accepted and ignored.
 const SUPPORTED_ACCESS: Access = Access::LOCAL_WRITE
@@ -19,7 +19,7 @@ const SUPPORTED_ACCESS: Access = Access::LOCAL_WRITE
 /// one, however many a process allocates and frees (a 32-bit counter wraps after 2^32).
 pub(crate) type PdId = u64;
 
-/// What backs an MR.
+/// What backs an MR registered once.
 pub(crate) enum Backing {
     /// User pages pinned at registration.
     User(PinnedUserMemory),
@@ -27,12 +27,10 @@ pub(crate) enum Backing {
     Dma,
 }
 
-/// The state of an MR that the datapath uses.
-pub(crate) struct MrInner {
+/// An MR whose key, range and rights are set once, at registration.
+pub(crate) struct FixedRegion {
     /// Low byte of the key (lkey == rkey == table index << 8 | this).
     pub(crate) key_byte: u8,
-    /// The PD it belongs to (QPs may only use MRs of their own PD).
-    pub(crate) pd: PdId,
     /// First address of the region, in the address space the user registered (iova).
     pub(crate) iova: u64,
     /// Bytes; `iova + len - 1` does not pass 2^64 - 1 (checked at registration).
@@ -42,12 +40,28 @@ pub(crate) struct MrInner {
     pub(crate) backing: Backing,
 }
 
+/// What an MR is.
+pub(crate) enum MrKind {
+    Fixed(FixedRegion),
+    /// A fast-registration MR of a kernel consumer: mapped by `map_mr_sg` and `IB_WR_REG_MR`,
+    /// invalidated by `IB_WR_LOCAL_INV` or a peer's SEND WITH INVALIDATE, all while the
+    /// datapath may be using it: every access checks its state under its lock.
+    Fast(Pin<KBox<SpinLockIrq<FastRegion>>>),
+}
+
+/// The state of an MR that the datapath uses.
+pub(crate) struct MrInner {
+    /// The PD it belongs to (QPs may only use MRs of their own PD).
+    pub(crate) pd: PdId,
+    pub(crate) kind: MrKind,
+}
+
 /// Why an access to an MR was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum AccessError {
     /// Outside `[iova, iova + len)`.
     OutOfBounds,
-    /// The MR lacks the needed right, or belongs to another PD.
+    /// The MR lacks the needed right, belongs to another PD, or its key is no longer valid.
     Denied,
 }
 
@@ -60,7 +74,262 @@ impl From<AccessError> for WcStatus {
     }
 }
 
+/// The offset of `[addr, addr + len)` in a region of `len` bytes at `iova`.
+fn offset_in(iova: u64, region_len: u64, addr: u64, len: u64) -> Result<u64, AccessError> {
+    let offset = addr.checked_sub(iova).ok_or(AccessError::OutOfBounds)?;
+    match offset.checked_add(len) {
+        Some(end) if end <= region_len => Ok(offset),
+        _ => Err(AccessError::OutOfBounds),
+    }
+}
+
+impl FixedRegion {
+    fn check(&self, pd_ok: bool, addr: u64, len: u64, rights: Access) -> Result<u64, AccessError> {
+        if !pd_ok || !self.access.contains(rights) {
+            return Err(AccessError::Denied);
+        }
+        offset_in(self.iova, self.len, addr, len)
+    }
+
+    fn copy(&self, addr: u64, offset: u64, buf: Buf<'_>) -> Result<(), AccessError> {
+        let offset = usize::try_from(offset).map_err(|_| AccessError::OutOfBounds)?;
+        match (&self.backing, buf) {
+            (Backing::User(memory), Buf::Out(out)) => memory.read(offset, out),
+            (Backing::User(memory), Buf::In(data)) => memory.write(offset, data),
+            (Backing::Dma, Buf::Out(out)) => kmem::read(addr, out).map_err(|()| EFAULT),
+            (Backing::Dma, Buf::In(data)) => kmem::write(addr, data).map_err(|()| EFAULT),
+        }
+        .map_err(|_| AccessError::OutOfBounds)
+    }
+}
+
+/// Where a fast-registration MR stands (IBA 10.6.1.1: "free" and "valid"; rdma_rxe's names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FastState {
+    /// Allocated or invalidated: every access by its key fails.
+    Free,
+    /// Registered by `IB_WR_REG_MR`.
+    Valid,
+}
+
+/// A fast-registration MR's mapping, key and state.
+pub(crate) struct FastRegion {
+    pub(crate) state: FastState,
+    /// Low byte of the key the last registration set (the index part never changes).
+    pub(crate) key_byte: u8,
+    /// The range and rights of the current registration.
+    pub(crate) iova: u64,
+    pub(crate) len: u64,
+    pub(crate) access: Access,
+    /// log2 of the page size `map_mr_sg` mapped with.
+    page_shift: u32,
+    /// Where the first byte lies in the first page.
+    first_offset: u64,
+    /// Kernel virtual addresses of the pages (page-aligned): the first `npages` are mapped.
+    pages: KVec<u64>,
+    npages: usize,
+}
+
+/// Smallest and largest page sizes `map_mr_sg` accepts.
+const MIN_PAGE_SHIFT: u32 = 9;
+const MAX_PAGE_SHIFT: u32 = 31;
+
+impl FastRegion {
+    /// A free MR that can map up to `max_pages` pages. Process context.
+    pub(crate) fn new(key_byte: u8, max_pages: u32) -> Result<Self> {
+        Ok(Self {
+            state: FastState::Free,
+            key_byte,
+            iova: 0,
+            len: 0,
+            access: Access::NONE,
+            page_shift: 12,
+            first_offset: 0,
+            pages: KVec::from_elem(0, max_pages as usize, GFP_KERNEL)?,
+            npages: 0,
+        })
+    }
+
+    /// Starts a new mapping with pages of `page_size` bytes (`map_mr_sg`).
+    pub(crate) fn begin_map(&mut self, page_size: u32) -> Result {
+        if !page_size.is_power_of_two()
+            || !(MIN_PAGE_SHIFT..=MAX_PAGE_SHIFT).contains(&page_size.trailing_zeros())
+        {
+            return Err(EINVAL);
+        }
+        self.page_shift = page_size.trailing_zeros();
+        self.npages = 0;
+        Ok(())
+    }
+
+    /// Adds the next page, at kernel virtual address `addr` (`ib_sg_to_pages`'s `set_page`).
+    pub(crate) fn add_page(&mut self, addr: u64) -> Result {
+        let slot = self.pages.get_mut(self.npages).ok_or(ENOMEM)?;
+        *slot = addr;
+        self.npages += 1;
+        Ok(())
+    }
+
+    /// Ends the mapping: `iova` is where the core says it starts.
+    pub(crate) fn end_map(&mut self, iova: u64) {
+        self.first_offset = iova & ((1u64 << self.page_shift) - 1);
+    }
+
+    /// `IB_WR_REG_MR`: makes the mapping valid under key byte `key_byte` for `[iova, iova +
+    /// len)` with `access`. Only a free MR can be registered, and only within its pages.
+    pub(crate) fn register(&mut self, key_byte: u8, iova: u64, len: u64, access: Access) -> Result {
+        let mapped = (self.npages as u64)
+            .checked_shl(self.page_shift)
+            .and_then(|bytes| bytes.checked_sub(self.first_offset))
+            .ok_or(EINVAL)?;
+        if self.state != FastState::Free
+            || len > mapped
+            || iova.checked_add(len.saturating_sub(1)).is_none()
+            || check_access(access).is_err()
+        {
+            return Err(EINVAL);
+        }
+        self.state = FastState::Valid;
+        self.key_byte = key_byte;
+        self.iova = iova;
+        self.len = len;
+        self.access = access;
+        Ok(())
+    }
+
+    fn check(
+        &self,
+        key: u32,
+        pd_ok: bool,
+        addr: u64,
+        len: u64,
+        rights: Access,
+    ) -> Result<u64, AccessError> {
+        if self.state != FastState::Valid
+            || self.key_byte != key as u8
+            || !pd_ok
+            || !self.access.contains(rights)
+        {
+            return Err(AccessError::Denied);
+        }
+        offset_in(self.iova, self.len, addr, len)
+    }
+
+    /// Copies at `offset` of the registration, page by page.
+    fn copy(&self, offset: u64, mut buf: Buf<'_>) -> Result<(), AccessError> {
+        let page_size = 1u64 << self.page_shift;
+        let mut at = offset
+            .checked_add(self.first_offset)
+            .ok_or(AccessError::OutOfBounds)?;
+        let mut done = 0usize;
+        while done < buf.len() {
+            let page =
+                usize::try_from(at >> self.page_shift).map_err(|_| AccessError::OutOfBounds)?;
+            let base = *self.pages[..self.npages]
+                .get(page)
+                .ok_or(AccessError::OutOfBounds)?;
+            let in_page = at & (page_size - 1);
+            let n = usize::try_from(page_size - in_page)
+                .map_or(buf.len() - done, |n| n.min(buf.len() - done));
+            let kva = base.checked_add(in_page).ok_or(AccessError::OutOfBounds)?;
+            match &mut buf {
+                Buf::Out(out) => kmem::read(kva, &mut out[done..done + n]),
+                Buf::In(data) => kmem::write(kva, &data[done..done + n]),
+            }
+            .map_err(|()| AccessError::OutOfBounds)?;
+            done += n;
+            at = at.checked_add(n as u64).ok_or(AccessError::OutOfBounds)?;
+        }
+        Ok(())
+    }
+}
+
+/// The two directions of a copy.
+enum Buf<'a> {
+    /// Out of the MR.
+    Out(&'a mut [u8]),
+    /// Into the MR.
+    In(&'a [u8]),
+}
+
+impl Buf<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Buf::Out(b) => b.len(),
+            Buf::In(b) => b.len(),
+        }
+    }
+}
+
 impl MrInner {
+    /// The low byte of its key now.
+    pub(crate) fn key_byte(&self) -> u8 {
+        match &self.kind {
+            MrKind::Fixed(r) => r.key_byte,
+            MrKind::Fast(f) => f.lock().key_byte,
+        }
+    }
+
+    /// Whether `key` names this MR now (its table index was matched by the lookup).
+    pub(crate) fn key_matches(&self, key: u32) -> bool {
+        match &self.kind {
+            MrKind::Fixed(r) => r.key_byte == key as u8,
+            MrKind::Fast(f) => {
+                let f = f.lock();
+                f.state == FastState::Valid && f.key_byte == key as u8
+            }
+        }
+    }
+
+    /// Checks an access by `key` of `len` bytes at `addr` needing `rights` from a QP in PD
+    /// `pd`, then copies (`buf`) if it is for bytes. The fast-registration MR is checked and
+    /// copied under one hold of its lock: an invalidation waits for the copy, and none after
+    /// it gets through.
+    fn access(
+        &self,
+        key: u32,
+        pd: PdId,
+        addr: u64,
+        len: u64,
+        rights: Access,
+        buf: Option<Buf<'_>>,
+    ) -> Result<(), AccessError> {
+        let pd_ok = pd == self.pd;
+        match &self.kind {
+            MrKind::Fixed(r) => {
+                let offset = r.check(pd_ok, addr, len, rights)?;
+                buf.map_or(Ok(()), |buf| r.copy(addr, offset, buf))
+            }
+            MrKind::Fast(f) => {
+                let f = f.lock();
+                let offset = f.check(key, pd_ok, addr, len, rights)?;
+                buf.map_or(Ok(()), |buf| f.copy(offset, buf))
+            }
+        }
+    }
+
+    /// `IB_WR_LOCAL_INV` or a peer's SEND WITH INVALIDATE of `key` by a QP in PD `pd`: only a
+    /// fast-registration MR of that PD, named by its current key, can be invalidated.
+    pub(crate) fn invalidate(&self, key: u32, pd: PdId) -> Result {
+        let MrKind::Fast(f) = &self.kind else {
+            return Err(EINVAL);
+        };
+        let mut f = f.lock();
+        if pd != self.pd || f.key_byte != key as u8 {
+            return Err(EINVAL);
+        }
+        f.state = FastState::Free;
+        Ok(())
+    }
+}
+
+/// An MR as a lookup by key found it: each access checks that the key still names it.
+pub(crate) struct KeyedMr {
+    pub(crate) mr: Arc<MrInner>,
+    pub(crate) key: u32,
+}
+
+impl KeyedMr {
     /// Copies `out.len()` bytes at `addr` out of the MR, for a QP in PD `pd` that needs `rights`
     /// ([`Access::NONE`] for local reads).
     pub(crate) fn read(
@@ -70,13 +339,9 @@ impl MrInner {
         out: &mut [u8],
         rights: Access,
     ) -> core::result::Result<(), AccessError> {
-        let offset = self.check(pd, addr, out.len() as u64, rights)?;
-        match &self.backing {
-            Backing::User(memory) => memory
-                .read(offset, out)
-                .map_err(|_| AccessError::OutOfBounds),
-            Backing::Dma => kmem::read(addr, out).map_err(|()| AccessError::OutOfBounds),
-        }
+        let len = out.len() as u64;
+        self.mr
+            .access(self.key, pd, addr, len, rights, Some(Buf::Out(out)))
     }
 
     /// Copies `data` into the MR at `addr`, for a QP in PD `pd` that needs `rights`.
@@ -87,40 +352,47 @@ impl MrInner {
         data: &[u8],
         rights: Access,
     ) -> core::result::Result<(), AccessError> {
-        let offset = self.check(pd, addr, data.len() as u64, rights)?;
-        match &self.backing {
-            Backing::User(memory) => memory
-                .write(offset, data)
-                .map_err(|_| AccessError::OutOfBounds),
-            Backing::Dma => kmem::write(addr, data).map_err(|()| AccessError::OutOfBounds),
-        }
+        self.mr.access(
+            self.key,
+            pd,
+            addr,
+            data.len() as u64,
+            rights,
+            Some(Buf::In(data)),
+        )
     }
 
-    /// Checks an access of `len` bytes at `addr` needing `rights` from a QP in PD `pd`, and
-    /// returns the offset into the region.
+    /// Checks an access of `len` bytes at `addr` needing `rights` from a QP in PD `pd`.
     pub(crate) fn check(
         &self,
         pd: PdId,
         addr: u64,
         len: u64,
         rights: Access,
-    ) -> core::result::Result<usize, AccessError> {
-        if pd != self.pd || !self.access.contains(rights) {
-            return Err(AccessError::Denied);
-        }
-        let offset = addr
-            .checked_sub(self.iova)
-            .ok_or(AccessError::OutOfBounds)?;
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len => Ok(offset as usize),
-            _ => Err(AccessError::OutOfBounds),
-        }
+    ) -> core::result::Result<(), AccessError> {
+        self.mr.access(self.key, pd, addr, len, rights, None)
     }
 }
 
 /// A registered MR as the verbs layer holds it: the region itself lives in the device's key
-/// table (and in operations in flight) until deregistration removes it.
-pub(crate) struct RxeMr;
+/// table (and in operations in flight) until deregistration removes it. A fast-registration
+/// MR is also held here, for `map_mr_sg` to reach without a table lookup per page.
+pub(crate) struct RxeMr {
+    pub(crate) fast: Option<Arc<MrInner>>,
+}
+
+impl RxeMr {
+    /// The mapping of a fast-registration MR, locked.
+    pub(crate) fn fast_region(
+        &self,
+    ) -> Result<kernel::sync::lock::Guard<'_, FastRegion, crate::kext::lock::SpinLockIrqBackend>>
+    {
+        match self.fast.as_deref().map(|mr| &mr.kind) {
+            Some(MrKind::Fast(f)) => Ok(f.lock()),
+            _ => Err(EINVAL),
+        }
+    }
+}
 
 /// Validates the range of a new MR: not empty, not too large, and its last byte within the
 /// 64-bit address space (a range that wraps would make every bounds check lie; one ending at

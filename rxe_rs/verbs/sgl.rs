@@ -12,7 +12,7 @@ use crate::{
     kext::ib::Access,
     resources::Resources,
     uapi::{Sge, WcStatus},
-    verbs::mr::{AccessError, MrInner, PdId},
+    verbs::mr::{AccessError, KeyedMr, PdId},
 };
 use core::ops::Range;
 
@@ -25,7 +25,7 @@ fn for_each_piece(
     sges: &[Sge],
     offset: u64,
     len: usize,
-    mut copy: impl FnMut(&MrInner, u64, Range<usize>) -> Result<(), AccessError>,
+    mut copy: impl FnMut(&KeyedMr, u64, Range<usize>) -> Result<(), AccessError>,
 ) -> Result<(), WcStatus> {
     let mut skip = offset;
     // Bytes still to copy, and where they start in the caller's buffer (`done + left == len`).

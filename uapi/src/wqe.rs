@@ -28,6 +28,10 @@ pub mod send_opcode {
     pub const LOCAL_INV: u32 = 7;
     pub const BIND_MW: u32 = 8;
     pub const SEND_WITH_INV: u32 = 9;
+    /// `IB_WR_REG_MR`, posted by kernel consumers only (never valid in a process's ring): the
+    /// new key in `rkey`, the iova in `remote_addr`, the length in `compare_add`, the access
+    /// flags in `swap`.
+    pub const REG_MR: u32 = 0x20;
 }
 
 /// Send flags: the values of `enum ibv_send_flags`.
@@ -197,6 +201,9 @@ pub mod wc_opcode {
     pub const SEND: u32 = 0;
     pub const RDMA_WRITE: u32 = 1;
     pub const RDMA_READ: u32 = 2;
+    pub const LOCAL_INV: u32 = 6;
+    /// `IB_WC_REG_MR` (kernel consumers only).
+    pub const REG_MR: u32 = 10;
     pub const RECV: u32 = 1 << 7;
     pub const RECV_RDMA_WITH_IMM: u32 = (1 << 7) + 1;
 }

@@ -45,6 +45,8 @@ impl<T: Driver> Adapter<T> {
             size_ib_qp: core::mem::size_of::<Qp<T>>(),
             reg_user_mr: Some(Self::reg_user_mr),
             get_dma_mr: Some(Self::get_dma_mr),
+            alloc_mr: Some(Self::alloc_mr),
+            map_mr_sg: Some(Self::map_mr_sg),
             dereg_mr: Some(Self::dereg_mr),
             attach_mcast: Some(Self::attach_mcast),
             detach_mcast: Some(Self::detach_mcast),
@@ -696,6 +698,68 @@ impl<T: Driver> Adapter<T> {
                 Access::from_raw(access),
             )
         })
+    }
+
+    /// `ib_device_ops.alloc_mr`: only `IB_MR_TYPE_MEM_REG` (no SG_GAPS, no integrity).
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.alloc_mr` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
+    unsafe extern "C" fn alloc_mr(
+        pd: *mut bindings::ib_pd,
+        mr_type: bindings::ib_mr_type,
+        max_num_sg: u32,
+    ) -> *mut bindings::ib_mr {
+        if mr_type != bindings::ib_mr_type_IB_MR_TYPE_MEM_REG {
+            return EINVAL.to_ptr();
+        }
+        // SAFETY: a live PD of ours.
+        Self::mr_result(|| unsafe {
+            T::alloc_mr(Self::dev((*pd).device), Pd::<T>::from_raw(pd), max_num_sg)
+        })
+    }
+
+    /// `ib_device_ops.map_mr_sg`: the pages of `sg` (kernel virtual addresses: virtual DMA)
+    /// through the core's `ib_sg_to_pages`, which also sets the MR's `iova` and `length`.
+    /// Returns how many entries were mapped.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.map_mr_sg` says: for an MR of ours made by
+    /// `alloc_mr` (its `page_size` set by `ib_map_mr_sg`), with a DMA-mapped list of `sg_nents`
+    /// entries and a NULL or valid `sg_offset`.
+    unsafe extern "C" fn map_mr_sg(
+        mr: *mut bindings::ib_mr,
+        sg: *mut bindings::scatterlist,
+        sg_nents: kernel::ffi::c_int,
+        sg_offset: *mut kernel::ffi::c_uint,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: a live MR of ours (the caller's promise).
+        let (ours, page_size) = unsafe { (Mr::<T>::from_raw(mr), (*mr).page_size) };
+        if let Err(e) = T::map_mr_begin(ours, page_size) {
+            return e.to_errno();
+        }
+        // SAFETY: as the caller promises; `set_page` only gets this MR back.
+        let mapped =
+            unsafe { bindings::ib_sg_to_pages(mr, sg, sg_nents, sg_offset, Some(Self::set_page)) };
+        // SAFETY: a live MR; `ib_sg_to_pages` set its `iova`.
+        T::map_mr_end(ours, unsafe { (*mr).iova });
+        mapped
+    }
+
+    /// `ib_sg_to_pages`'s `set_page`: one page of the mapping.
+    ///
+    /// # Safety
+    ///
+    /// Called by `ib_sg_to_pages` from [`Self::map_mr_sg`], with its MR.
+    unsafe extern "C" fn set_page(mr: *mut bindings::ib_mr, addr: u64) -> kernel::ffi::c_int {
+        // SAFETY: the live MR `map_mr_sg` passed.
+        match T::map_mr_page(unsafe { Mr::<T>::from_raw(mr) }, addr) {
+            Ok(()) => 0,
+            Err(e) => e.to_errno(),
+        }
     }
 
     /// `ib_device_ops.dereg_mr`.

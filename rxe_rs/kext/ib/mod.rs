@@ -172,6 +172,17 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     ) -> Result<(Self::Mr, u32)>;
     /// A DMA MR (all of kernel memory) for kernel users.
     fn get_dma_mr(dev: &Device<Self>, pd: &Pd<Self>, access: Access) -> Result<(Self::Mr, u32)>;
+    /// A fast-registration MR that can map `max_pages` pages, for a kernel consumer
+    /// (`ib_alloc_mr` with `IB_MR_TYPE_MEM_REG`); it is free (no access works) until an
+    /// `IB_WR_REG_MR` makes it valid. Process context.
+    fn alloc_mr(dev: &Device<Self>, pd: &Pd<Self>, max_pages: u32) -> Result<(Self::Mr, u32)>;
+    /// `ib_map_mr_sg` begins: the MR's pages are replaced by the ones that follow, each
+    /// `page_size` bytes.
+    fn map_mr_begin(mr: &Mr<Self>, page_size: u32) -> Result;
+    /// The next page of the mapping, at kernel virtual address `addr` (virtual DMA).
+    fn map_mr_page(mr: &Mr<Self>, addr: u64) -> Result;
+    /// The mapping is complete; its first byte is at `iova`.
+    fn map_mr_end(mr: &Mr<Self>, iova: u64);
     /// Deregisters an MR (dropped right after).
     fn dereg_mr(dev: &Device<Self>, mr: &Mr<Self>) -> Result;
 

@@ -168,6 +168,8 @@ flag_set! {
         PORT_ACTIVE_EVENT = bindings::ib_device_cap_flags_IB_DEVICE_PORT_ACTIVE_EVENT,
         /// `sys_image_guid` is meaningful.
         SYS_IMAGE_GUID = bindings::ib_device_cap_flags_IB_DEVICE_SYS_IMAGE_GUID,
+        /// Fast registration (`IB_WR_REG_MR`), local and remote invalidation.
+        MEM_MGT_EXTENSIONS = bindings::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS,
     }
 }
 

@@ -10,6 +10,15 @@ use crate::uapi::{Cqe, Sge};
 const _: () = {
     assert!(core::mem::size_of::<bindings::ib_sge>() == core::mem::size_of::<Sge>());
 };
+// Kernel opcodes are carried in our WQEs and CQEs as they are.
+const _: () = {
+    use crate::uapi::{send_opcode, wc_opcode};
+    assert!(send_opcode::LOCAL_INV == bindings::ib_wr_opcode_IB_WR_LOCAL_INV);
+    assert!(send_opcode::SEND_WITH_INV == bindings::ib_wr_opcode_IB_WR_SEND_WITH_INV);
+    assert!(send_opcode::REG_MR == bindings::ib_wr_opcode_IB_WR_REG_MR);
+    assert!(wc_opcode::LOCAL_INV == bindings::ib_wc_opcode_IB_WC_LOCAL_INV);
+    assert!(wc_opcode::REG_MR == bindings::ib_wc_opcode_IB_WC_REG_MR);
+};
 
 /// Where a kernel send WR goes beyond its QP.
 pub(crate) enum KernelDest<'a, T: Driver> {
@@ -23,6 +32,14 @@ pub(crate) enum KernelDest<'a, T: Driver> {
         remote_qpn: u32,
         remote_qkey: u32,
     },
+    /// `IB_WR_REG_MR`: the MR's mapping becomes valid under `key` for `[iova, iova + len)`,
+    /// as the MR says when the WR is posted.
+    Register {
+        key: u32,
+        iova: u64,
+        len: u64,
+        access: Access,
+    },
 }
 
 /// One kernel send WR, decoded.
@@ -33,7 +50,8 @@ pub(crate) struct KernelSendWr<'a, T: Driver> {
     pub(crate) opcode: u32,
     /// `enum ib_send_flags`.
     pub(crate) flags: u32,
-    /// Immediate data (network order), for the `_WITH_IMM` opcodes.
+    /// Immediate data (network order), for the `_WITH_IMM` opcodes; the R_Key to invalidate
+    /// (host order) for LOCAL_INV and SEND_WITH_INV (the same field of `ib_send_wr`).
     pub(crate) imm_data: u32,
     /// Its SGEs: kernel virtual addresses in the MR of each lkey.
     pub(crate) sges: KernelSges<'a>,
@@ -91,9 +109,10 @@ unsafe fn sges_of<'a>(
 ///
 /// # Safety
 ///
-/// `wr` is a valid WR (alive for `'a`) of a kernel consumer posting to `qp`, a live QP of driver `T`: for a UD or
-/// GSI QP it is the `wr` of an `ib_ud_wr` whose AH is one of `T`'s; for an RDMA opcode, that of
-/// an `ib_rdma_wr` (the verbs contract).
+/// `wr` is a valid WR (alive for `'a`) of a kernel consumer posting to `qp`, a live QP of driver
+/// `T`: for a UD or GSI QP it is the `wr` of an `ib_ud_wr` whose AH is one of `T`'s; for an RDMA
+/// opcode, that of an `ib_rdma_wr`; for REG_MR, that of an `ib_reg_wr` naming a live MR (the
+/// verbs contract).
 pub(super) unsafe fn decode_send<'a, T: Driver>(
     qp: *mut bindings::ib_qp,
     wr: *const bindings::ib_send_wr,
@@ -126,6 +145,17 @@ pub(super) unsafe fn decode_send<'a, T: Driver>(
             KernelDest::Rdma {
                 remote_addr: rdma.remote_addr,
                 rkey: rdma.rkey,
+            }
+        } else if opcode == bindings::ib_wr_opcode_IB_WR_REG_MR {
+            let reg = &*wr.cast::<bindings::ib_reg_wr>();
+            if reg.mr.is_null() {
+                return Err(EINVAL);
+            }
+            KernelDest::Register {
+                key: reg.key,
+                iova: (*reg.mr).iova,
+                len: (*reg.mr).length,
+                access: Access::from_raw(reg.access),
             }
         } else {
             KernelDest::Connected

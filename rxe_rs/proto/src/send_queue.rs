@@ -538,13 +538,20 @@ mod tests {
         q.push(K, false, MTU); // PSN 10
         assert_eq!(q.push_local(), Some(1));
         q.push(K, false, MTU); // PSN 11
-        assert_eq!(q.work(2).first_psn, Psn::new(11), "the local WQE took no PSN");
+        assert_eq!(
+            q.work(2).first_psn,
+            Psn::new(11),
+            "the local WQE took no PSN"
+        );
         assert!(!q.work(1).uses(Psn::new(10)) && !q.work(1).uses(Psn::new(11)));
         send_all(&mut q);
         assert_eq!(q.sent_end, Psn::new(12), "nothing was sent for it");
         assert!(q.work(1).local_done());
         assert_eq!(ack(&mut q, Psn::new(10)), AfterAck::Nothing);
-        assert_eq!(q.consumer, 2, "the WRITE and the registration after it complete");
+        assert_eq!(
+            q.consumer, 2,
+            "the WRITE and the registration after it complete"
+        );
         assert_eq!(ack(&mut q, Psn::new(11)), AfterAck::Nothing);
         assert_eq!(q.consumer, 3);
         assert!(!q.outstanding());
@@ -558,7 +565,10 @@ mod tests {
         q.push_local();
         q.push(K, false, MTU); // PSN 2
         send_all(&mut q);
-        assert!(!q.oldest_is_done_local(), "the WRITE before it is not complete");
+        assert!(
+            !q.oldest_is_done_local(),
+            "the WRITE before it is not complete"
+        );
         q.rewind(Psn::new(1));
         assert_eq!((q.cur, q.work(0).sent), (0, 1));
         assert_eq!(q.work(1).sent, 1, "still executed");
