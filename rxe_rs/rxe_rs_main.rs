@@ -51,10 +51,13 @@ struct RxeRsModule {
     link: Option<Pin<KBox<kext::link::LinkRegistration<link::RxeLink>>>>,
     _notifier: Pin<KBox<kext::netdev::NotifierRegistration<netdev_events::PortTracker>>>,
     _sockets: net::recv::Sockets,
+    /// Last: the devices' QPs queue work on them until the devices are gone.
+    _queues: kext::work::DatapathQueues,
 }
 
 impl kernel::Module for RxeRsModule {
     fn init(_module: &'static ThisModule) -> Result<Self> {
+        let queues = kext::work::DatapathQueues::new()?;
         let sockets = net::recv::Sockets::bind()?;
         let notifier = KBox::pin_init(kext::netdev::NotifierRegistration::register(), GFP_KERNEL)?;
         let link = KBox::pin_init(kext::link::LinkRegistration::register(), GFP_KERNEL)?;
@@ -63,6 +66,7 @@ impl kernel::Module for RxeRsModule {
             link: Some(link),
             _notifier: notifier,
             _sockets: sockets,
+            _queues: queues,
         })
     }
 }

@@ -15,6 +15,8 @@ APT_PACKAGES=(
 	# RDMA user space: the reference tools and the provider's build deps
 	rdma-core ibverbs-utils ibverbs-providers libibverbs-dev librdmacm-dev perftest
 	python3-pyverbs rdmacm-utils iproute2 iperf3 ethtool procps tcpdump iputils-ping
+	# NVMe over Fabrics: the host's tools and the I/O checker
+	nvme-cli fio
 	# benchmark plot
 	gnuplot-nox
 )

@@ -32,6 +32,7 @@ use crate::{
         ib::{self, QpAttr, QpInitAttr},
         mmap::{RingIndex, SharedRing},
         object::Udata,
+        work::{datapath_queue, Datapath},
     },
     limits,
     proto::{av::AddressVector, doorbell, mtu::IbMtu, psn::Psn},
@@ -43,7 +44,7 @@ use kernel::{
     c_str, new_work,
     prelude::*,
     sync::Arc,
-    workqueue::{self, impl_has_work, Work, WorkItem},
+    workqueue::{impl_has_work, Work, WorkItem},
 };
 use requester::{Requester, RunEnd};
 use responder::Responder;
@@ -727,9 +728,12 @@ impl QpInner {
                 wqe.opcode,
                 send_opcode::SEND
                     | send_opcode::SEND_WITH_IMM
+                    | send_opcode::SEND_WITH_INV
                     | send_opcode::RDMA_WRITE
                     | send_opcode::RDMA_WRITE_WITH_IMM
                     | send_opcode::RDMA_READ
+                    | send_opcode::REG_MR
+                    | send_opcode::LOCAL_INV
             ),
             QpType::Ud | QpType::Gsi => {
                 matches!(wqe.opcode, send_opcode::SEND | send_opcode::SEND_WITH_IMM)
@@ -832,7 +836,7 @@ impl QpInner {
             self.count(Counter::SendDoorbells);
         }
         // Already queued: that run sees these too.
-        let _ = workqueue::system().enqueue::<Arc<QpInner>, 1>(self.clone());
+        let _ = datapath_queue(Datapath::Bound).enqueue::<Arc<QpInner>, 1>(self.clone());
     }
 
     /// The doorbell work: sends what was posted, or flushes it in the error state.
@@ -855,7 +859,7 @@ impl QpInner {
 pub(crate) fn schedule_read_replies(qp: &Arc<QpInner>) {
     // Unbound: a large READ keeps it busy for a while, and any CPU may do that. Already
     // queued: that run sends these too.
-    let _ = workqueue::system_unbound().enqueue::<Arc<QpInner>, 0>(qp.clone());
+    let _ = datapath_queue(Datapath::Unbound).enqueue::<Arc<QpInner>, 0>(qp.clone());
 }
 
 impl_has_work! {

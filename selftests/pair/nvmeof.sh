@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# NVMe over Fabrics on RDMA between the two VMs, in three pairings in one boot: rxe_rs on both
+# ends, rxe_rs target (A) with an rdma_rxe host (B), and an rdma_rxe target (A) with an rxe_rs
+# host (B). A exports a memory-backed null_blk namespace through nvmet-rdma; B discovers it,
+# connects with nvme-rdma, and runs fio with crc32c verification (random writes of 4 KiB to
+# 1 MiB at queue depth 16, then mixed reads and writes at depth 1), disconnects, connects again
+# and verifies what it wrote before (fio --verify_only), and disconnects. Where B runs rxe_rs,
+# it then deletes its RDMA link under I/O: fio must end (with I/O errors) and nothing hang.
+#
+# What it exercises: the host registers each command's buffer with IB_WR_REG_MR (a fresh key
+# byte per I/O) and the target moves the data with RDMA READ/WRITE to that rkey, then answers
+# with SEND WITH INVALIDATE, which the host's responder applies (IB_WC_WITH_INVALIDATE, checked
+# by nvme-rdma: "Bogus remote invalidation" otherwise); 4 KiB writes go in the command capsule.
+# KTAP results go to stdout; the kernel log must stay clean (run-suite.sh checks it).
+source "$RXE_RS_ROOT/selftests/guest/pair.sh"
+source "$RXE_RS_ROOT/selftests/guest/lib.sh"
+
+NQN=nqn.2026-11.io.rxe-rs:pair
+HOSTNQN=nqn.2026-11.io.rxe-rs:host-b
+CFS=/sys/kernel/config/nvmet
+# fio's verified jobs: sizes small enough for a debug kernel under TCG (about 1 MB/s there).
+FIO_COMMON=(--direct=1 --ioengine=libaio --verify=crc32c --verify_fatal=1 --verify_state_save=0
+	--randrepeat=1 --group_reporting)
+FIO_WRITE=(--name=write --rw=randwrite --bssplit=4k/40:64k/40:1m/20 --size=16M --iodepth=16)
+FIO_MIXED=(--name=mixed --rw=randrw --bssplit=4k/50:16k/30:128k/20 --offset=32M --size=4M --iodepth=1)
+
+# The exported namespace: a 1 GiB memory-backed null_blk device (pages allocated as written) behind port 4420 on our
+# address (rdma_cm listens there on whichever RDMA device has the address).
+target_up() {
+	mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
+	local enabled
+	enabled=$(dmesg | grep -c "nvmet_rdma: enabling port 1 ($PAIR_MY_IP:4420)")
+	modprobe null_blk nr_devices=1 gb=1 memory_backed=1 bs=4096 &&
+		modprobe nvmet && modprobe nvmet-rdma || return
+	local sub=$CFS/subsystems/$NQN port=$CFS/ports/1
+	mkdir "$sub" "$sub/namespaces/1" "$port" &&
+		echo 1 >"$sub/attr_allow_any_host" &&
+		echo -n /dev/nullb0 >"$sub/namespaces/1/device_path" &&
+		echo 1 >"$sub/namespaces/1/enable" &&
+		echo rdma >"$port/addr_trtype" &&
+		echo ipv4 >"$port/addr_adrfam" &&
+		echo "$PAIR_MY_IP" >"$port/addr_traddr" &&
+		echo 4420 >"$port/addr_trsvcid" &&
+		ln -s "$sub" "$port/subsystems/$NQN" || return
+	# nvmet_rdma logs the port it enabled, or why it could not.
+	wait_for 30 port_enabled_since "$enabled"
+}
+
+# nvmet_rdma said it enabled our port more than N times.
+port_enabled_since() {
+	(($(dmesg | grep -c "nvmet_rdma: enabling port 1 ($PAIR_MY_IP:4420)") > $1))
+}
+
+# Takes the export down again (with whatever connections remain) and unloads nvmet, so the
+# next pairing's drivers can go.
+target_down() {
+	local sub=$CFS/subsystems/$NQN port=$CFS/ports/1
+	rm -f "$port/subsystems/$NQN"
+	[[ -d $port ]] && rmdir "$port"
+	[[ -d $sub/namespaces/1 ]] && { echo 0 >"$sub/namespaces/1/enable"; rmdir "$sub/namespaces/1"; }
+	[[ -d $sub ]] && rmdir "$sub"
+	wait_for 60 unload nvmet_rdma && wait_for 30 unload nvmet && wait_for 30 unload null_blk
+}
+
+# The namespace's block device once connected (none before).
+ns_device() {
+	local d
+	for d in /sys/block/nvme*n1; do
+		[[ -e $d ]] && grep -qx "$NQN" "$d/device/subsysnqn" 2>/dev/null && { echo "/dev/${d##*/}"; return 0; }
+		# (With native multipath the namespace's head hangs off the subsystem instead.)
+		[[ -e $d ]] && grep -qx "$NQN" "$d/device/../subsysnqn" 2>/dev/null && { echo "/dev/${d##*/}"; return 0; }
+	done
+	return 1
+}
+
+discover() {
+	local out
+	out=$(timeout 120 nvme discover -t rdma -a "$PAIR_PEER_IP" -s 4420 -q "$HOSTNQN" 2>&1)
+	local rc=$?
+	sed 's/^/# /' <<<"$out" | grep -E 'trtype|subnqn|traddr|Failed|error' | head -8
+	((rc == 0)) && grep -q "subnqn: *$NQN" <<<"$out" && grep -q 'trtype: *rdma' <<<"$out" && return
+	nvme_diagnose
+	return 1
+}
+
+# The kernel's last words on NVMe and RDMA, after a failure.
+nvme_diagnose() {
+	dmesg | grep -E 'nvme|rdma|rxe' | tail -n 12 | sed 's/^/# diagnose: dmesg: /'
+}
+
+connect() {
+	timeout 120 nvme connect -t rdma -n "$NQN" -a "$PAIR_PEER_IP" -s 4420 -q "$HOSTNQN" \
+		-i 1 -Q 32 || { nvme_diagnose; return 1; }
+	wait_for 60 ns_device >/dev/null || { echo "# connected, but no block device for $NQN"; return 1; }
+	echo "# $(ns_device): $(cat "/sys/block/$(basename "$(ns_device)")/size") sectors"
+}
+
+disconnect() {
+	local out
+	out=$(timeout 120 nvme disconnect -n "$NQN" 2>&1)
+	echo "# $out"
+	[[ $out == *"disconnected 1 controller"* ]] && wait_for 30 bash -c '! ls /sys/block/nvme*n1 >/dev/null 2>&1'
+}
+
+# fio JOB... on the namespace, bounded; shows its summary lines.
+run_fio() {
+	local dev out rc
+	dev=$(ns_device) || { echo "# no namespace device"; return 1; }
+	out=$(timeout 600 fio --filename="$dev" "${FIO_COMMON[@]}" "$@" 2>&1)
+	rc=$?
+	grep -E 'READ:|WRITE:|verify|err=|error' <<<"$out" | head -8 | sed 's/^/# /'
+	((rc == 0)) && ! grep -qE 'err= *[1-9]|verify: bad' <<<"$out"
+}
+
+# fio under I/O while our RDMA link is deleted: nvme-rdma's device removal deletes the
+# controller, so fio must end (its I/Os fail) and the link delete return, within bounds.
+link_delete_under_io() {
+	local dev out=/tmp/nvmeof-fio-gone.out
+	dev=$(ns_device) || return 1
+	timeout 300 fio --filename="$dev" --direct=1 --ioengine=libaio --name=gone --rw=randrw \
+		--bs=64k --iodepth=8 --size=64M --time_based --runtime=120 >"$out" 2>&1 &
+	local fio=$! t0=$SECONDS
+	nap 5
+	timeout 180 rdma link delete "$DEV" || { echo "# rdma link delete $DEV failed or hung"; kill -9 $fio; return 1; }
+	echo "# link deleted after $((SECONDS - t0)) s of I/O"
+	wait_for 180 bash -c "! kill -0 $fio 2>/dev/null" || { echo "# fio still running 180 s after the link went"; kill -9 $fio; return 1; }
+	wait $fio
+	echo "# fio ended with status $? after $((SECONDS - t0)) s: $(grep -oE 'err= *[0-9-]+.*' "$out" | head -1)"
+	! ns_device >/dev/null
+}
+
+# Runs CHECK unless the pairing is down (then fails it unrun).
+step() {
+	local description=$1
+	shift
+	if [[ -n $down ]]; then
+		ktap_test_fail "$description: not run, a stack or the target is not up"
+		return 1
+	fi
+	check "$description" "$@"
+}
+
+# One pairing LABEL, with stack MINE here.
+pairing() {
+	local mine=$1 label=$2
+	down=
+	pair_barrier "$label-start" || return
+	check "$label: $mine up on $PAIR_DEV, and the peer's stack" pair_stack_up_both "$mine" "$label" || down=1
+	if [[ $PAIR_ROLE == a ]]; then
+		step "$label: nvmet-rdma exports a null_blk namespace on $DEV" target_up || : >"$PAIR_RESULTS/a.$label-no-target"
+		pair_barrier "$label-target" || return
+		pair_barrier "$label-host-done" || return
+		dmesg | grep -E 'nvmet' | tail -n 6 | sed 's/^/# target: /'
+		if [[ -n $down ]]; then
+			ktap_test_fail "$label: target torn down: not run"
+			target_down
+		else
+			check "$label: target torn down, nvmet unloaded" target_down
+		fi
+	else
+		pair_barrier "$label-target" || return
+		[[ -e $PAIR_RESULTS/a.$label-no-target ]] && down=1
+		step "$label: nvme discover lists $NQN over rdma" discover
+		step "$label: nvme connect -t rdma, the namespace appears" connect || down=1
+		step "$label: fio random writes 4 KiB..1 MiB, depth 16, crc32c verified" run_fio "${FIO_WRITE[@]}"
+		step "$label: fio mixed reads and writes, depth 1, crc32c verified" run_fio "${FIO_MIXED[@]}"
+		step "$label: nvme disconnect" disconnect
+		down=
+		[[ -e $PAIR_RESULTS/a.$label-no-target ]] && down=1
+		step "$label: connect again, and what was written before reads back intact" \
+			eval 'connect && run_fio "${FIO_WRITE[@]}" --verify_only'
+		step "$label: nvme disconnect again" disconnect
+		if [[ $mine == rxe_rs ]]; then
+			step "$label: rdma link delete under I/O: fio ends, nothing hangs" eval 'connect && link_delete_under_io'
+		fi
+		ns_device >/dev/null && timeout 60 nvme disconnect -n "$NQN" >/dev/null
+		pair_barrier "$label-host-done" || return
+	fi
+	pair_barrier "$label-end"
+}
+
+pair_link
+ktap_print_header
+if [[ $PAIR_ROLE == a ]]; then
+	ktap_set_plan $((3 * 3))
+else
+	ktap_set_plan $((3 * 8 + 2))
+fi
+pair_wait_peer 900 || { echo "# the peer never answered ping"; }
+modprobe nvme-rdma 2>/dev/null
+if [[ $PAIR_ROLE == a ]]; then
+	pairing rxe_rs "rxe_rs<->rxe_rs"
+	pairing rxe_rs "rxe_rs<->rdma_rxe"
+	pairing rdma_rxe "rdma_rxe<->rxe_rs"
+else
+	pairing rxe_rs "rxe_rs<->rxe_rs"
+	pairing rdma_rxe "rxe_rs<->rdma_rxe"
+	pairing rxe_rs "rdma_rxe<->rxe_rs"
+fi
+modprobe -r nvme-rdma 2>/dev/null
+reset_modules
+ktap_finished
