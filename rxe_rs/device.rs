@@ -495,6 +495,11 @@ impl ib::Driver for RxeDevice {
 
     fn dereg_mr(dev: &Device<Self>, mr: &Mr<Self>) -> Result {
         let region = dev.res.mrs.remove(mr.lkey() >> 8);
+        if region.as_ref().is_some_and(|r| r.free_fast()) {
+            // Pins nothing, and no access gets through once it is free: the last reference
+            // may go anywhere (nvme-rdma frees a queue's worth of these at each teardown).
+            return Ok(());
+        }
         // The datapath holds MRs only inside BH-disabled sections (softirq, or under a QP's
         // lock): once those are over, ours is the last reference and the pages are unpinned
         // here, in process context.

@@ -23,8 +23,10 @@ pub(crate) fn flush<T: ?Sized, const ID: u64>(work: &Work<T, ID>) {
 
 /// The module's workqueues for the QPs' work (doorbells, READ responses), in the order of
 /// [`Datapath`]'s variants.
-static QUEUES: [AtomicPtr<kernel::bindings::workqueue_struct>; 2] =
-    [AtomicPtr::new(ptr::null_mut()), AtomicPtr::new(ptr::null_mut())];
+static QUEUES: [AtomicPtr<kernel::bindings::workqueue_struct>; 2] = [
+    AtomicPtr::new(ptr::null_mut()),
+    AtomicPtr::new(ptr::null_mut()),
+];
 
 /// Which of the module's workqueues.
 #[derive(Clone, Copy)]
@@ -51,7 +53,9 @@ impl DatapathQueues {
         let this = Self(());
         for (slot, flags) in QUEUES.iter().zip(flags) {
             // SAFETY: a NUL-terminated format without conversions; returns a workqueue or NULL.
-            let wq = unsafe { kernel::bindings::alloc_workqueue(c_str!("rxe_rs").as_char_ptr(), flags, 0) };
+            let wq = unsafe {
+                kernel::bindings::alloc_workqueue(c_str!("rxe_rs").as_char_ptr(), flags, 0)
+            };
             if wq.is_null() {
                 return Err(ENOMEM); // `this` frees those made so far
             }

@@ -480,12 +480,19 @@ pub(crate) fn run(qp: &QpInner, s: &mut QpLocked) -> RunEnd {
 /// another: a next message is fetched and nothing makes it wait (READ credits or room, a fence,
 /// SQD). The window is the caller's part ([`Place::window_edge`]).
 fn next_follows(s: &QpLocked, index: u32) -> bool {
-    let next = index.wrapping_add(1);
+    let mut next = index.wrapping_add(1);
+    // A registration runs in the same run and sends nothing (nvme-rdma posts one before each
+    // command): look past it. An invalidation may wait for completions (its fence).
+    while next != s.req.q.fetched
+        && s.req.q.work(next).local
+        && s.req.wqe(next).opcode == send_opcode::REG_MR
+    {
+        next = next.wrapping_add(1);
+    }
     if next == s.req.q.fetched || s.attrs.state != QpState::Rts {
         return false;
     }
     let fenced = s.req.wqe(next).flags & send_flags::FENCE != 0;
-    // A local operation sends nothing: what follows it may wait (an invalidation's fence).
     let w = s.req.q.work(next);
     !w.is_read && !w.local && (!fenced || s.req.reads.is_empty())
 }

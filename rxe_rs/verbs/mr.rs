@@ -308,6 +308,16 @@ impl MrInner {
         }
     }
 
+    /// Deregistration of a fast-registration MR: frees it (no access gets through any more)
+    /// and returns true; false for any other MR.
+    pub(crate) fn free_fast(&self) -> bool {
+        let MrKind::Fast(f) = &self.kind else {
+            return false;
+        };
+        f.lock().state = FastState::Free;
+        true
+    }
+
     /// `IB_WR_LOCAL_INV` or a peer's SEND WITH INVALIDATE of `key` by a QP in PD `pd`: only a
     /// fast-registration MR of that PD, named by its current key, can be invalidated.
     pub(crate) fn invalidate(&self, key: u32, pd: PdId) -> Result {

@@ -5,7 +5,9 @@
 # connects with nvme-rdma, and runs fio with crc32c verification (random writes of 4 KiB to
 # 1 MiB at queue depth 16, then mixed reads and writes at depth 1), disconnects, connects again
 # and verifies what it wrote before (fio --verify_only), and disconnects. Where B runs rxe_rs,
-# it then deletes its RDMA link under I/O: fio must end (with I/O errors) and nothing hang.
+# it then deletes its RDMA link under I/O: fio must end (with I/O errors) and nothing hang. With
+# rxe_rs on both ends, verified I/O also runs over a link that damages RoCE frames (the host's
+# relay, as in lossy_link.sh): it must recover or fail the I/O, never return wrong data or hang.
 #
 # What it exercises: the host registers each command's buffer with IB_WR_REG_MR (a fresh key
 # byte per I/O) and the target moves the data with RDMA READ/WRITE to that rkey, then answers
@@ -22,6 +24,9 @@ CFS=/sys/kernel/config/nvmet
 FIO_COMMON=(--direct=1 --ioengine=libaio --verify=crc32c --verify_fatal=1 --verify_state_save=0
 	--randrepeat=1 --group_reporting)
 FIO_WRITE=(--name=write --rw=randwrite --bssplit=4k/40:64k/40:1m/20 --size=16M --iodepth=16)
+FIO_LOSSY=(--name=lossy --rw=randrw --bssplit=4k/50:64k/50 --offset=64M --size=4M --iodepth=8)
+# The damage for the lossy step (per RoCE frame, both ways), as lossy_link.sh's.
+LOSSY_IMPAIRMENT=${RXE_RS_IMPAIRMENT:-loss=0.03 dup=0.02 reorder=0.03 corrupt=0.01}
 FIO_MIXED=(--name=mixed --rw=randrw --bssplit=4k/50:16k/30:128k/20 --offset=32M --size=4M --iodepth=1)
 
 # The exported namespace: a 1 GiB memory-backed null_blk device (pages allocated as written) behind port 4420 on our
@@ -112,21 +117,60 @@ run_fio() {
 	((rc == 0)) && ! grep -qE 'err= *[1-9]|verify: bad' <<<"$out"
 }
 
+# I/Os the namespace's block device completed so far (reads + writes).
+ios_done() {
+	local stat
+	read -r -a stat <"/sys/block/$1/stat" && echo $((stat[0] + stat[4]))
+}
+
 # fio under I/O while our RDMA link is deleted: nvme-rdma's device removal deletes the
-# controller, so fio must end (its I/Os fail) and the link delete return, within bounds.
+# controller, so fio must end (its I/Os fail) and the link delete return, within bounds, well
+# before fio's own run time is up.
 link_delete_under_io() {
-	local dev out=/tmp/nvmeof-fio-gone.out
+	local dev name out=/tmp/nvmeof-fio-gone.out before
 	dev=$(ns_device) || return 1
+	name=${dev#/dev/}
+	before=$(ios_done "$name")
 	timeout 300 fio --filename="$dev" --direct=1 --ioengine=libaio --name=gone --rw=randrw \
-		--bs=64k --iodepth=8 --size=64M --time_based --runtime=120 >"$out" 2>&1 &
-	local fio=$! t0=$SECONDS
-	nap 5
+		--bs=64k --iodepth=8 --size=64M --time_based --runtime=240 >"$out" 2>&1 &
+	local fio=$!
+	# (fio takes seconds to start in a TCG guest: delete only once its I/O flows.)
+	wait_for 120 eval '(($(ios_done "$name") >= before + 16))' || { echo "# fio did no I/O"; cat "$out"; kill -9 $fio; return 1; }
+	local t0=$SECONDS
 	timeout 180 rdma link delete "$DEV" || { echo "# rdma link delete $DEV failed or hung"; kill -9 $fio; return 1; }
-	echo "# link deleted after $((SECONDS - t0)) s of I/O"
-	wait_for 180 bash -c "! kill -0 $fio 2>/dev/null" || { echo "# fio still running 180 s after the link went"; kill -9 $fio; return 1; }
+	echo "# link deleted in $((SECONDS - t0)) s, after $(($(ios_done "$name" 2>/dev/null || echo "$before") - before)) I/Os"
+	wait_for 120 bash -c "! kill -0 $fio 2>/dev/null" || { echo "# fio still running 120 s after the link went"; kill -9 $fio; return 1; }
 	wait $fio
-	echo "# fio ended with status $? after $((SECONDS - t0)) s: $(grep -oE 'err= *[0-9-]+.*' "$out" | head -1)"
+	local rc=$?
+	echo "# fio ended with status $rc $((SECONDS - t0)) s after the delete: $(grep -oE 'err= *[0-9-]+.*|io=[^,]*' "$out" | head -3 | tr '\n' ' ')"
+	((rc != 0)) || { echo "# fio reported success on a device that went away"; return 1; }
 	! ns_device >/dev/null
+}
+
+# RoCE frames the host's relay lost so far, both ways (vm-pair.sh --impairable).
+relay_lost() {
+	grep -hE '^(a>b|b>a)\.lost=' "$PAIR_RESULTS/impair.stats" 2>/dev/null | awk -F= '{ s += $2 } END { print s + 0 }'
+}
+
+# Verified I/O while the relay loses, duplicates, reorders and corrupts RoCE frames: RC must
+# recover or nvme-rdma must fail the I/O and recover the controller, never hand back wrong
+# data (a verify mismatch fails this even where fio's exit would not) or hang.
+lossy_io() {
+	local lost out rc
+	lost=$(relay_lost)
+	echo "$LOSSY_IMPAIRMENT seed=$RANDOM" >"$PAIR_RESULTS/impair"
+	nap 1 # (the relay re-reads its control file twice a second)
+	connect || { : >"$PAIR_RESULTS/impair"; return 1; }
+	out=$(timeout 600 fio --filename="$(ns_device)" "${FIO_COMMON[@]}" "${FIO_LOSSY[@]}" 2>&1)
+	rc=$?
+	: >"$PAIR_RESULTS/impair"
+	nap 1
+	grep -E 'READ:|WRITE:|verify|err=|error' <<<"$out" | head -8 | sed 's/^/# /'
+	echo "# fio exit $rc; the relay lost $(($(relay_lost) - lost)) RoCE frames meanwhile"
+	((rc != 124)) || { echo "# fio still running after 600 s"; return 1; }
+	! grep -qE 'verify: bad|bad magic|crc32c: verify failed' <<<"$out" || return 1
+	(($(relay_lost) > lost)) || { echo "# the relay lost nothing: the link was not impaired"; return 1; }
+	disconnect
 }
 
 # Runs CHECK unless the pairing is down (then fails it unrun).
@@ -170,6 +214,9 @@ pairing() {
 		step "$label: connect again, and what was written before reads back intact" \
 			eval 'connect && run_fio "${FIO_WRITE[@]}" --verify_only'
 		step "$label: nvme disconnect again" disconnect
+		if [[ $label == "rxe_rs<->rxe_rs" ]]; then
+			step "$label: verified I/O over a link that loses, duplicates, reorders and corrupts" lossy_io
+		fi
 		if [[ $mine == rxe_rs ]]; then
 			step "$label: rdma link delete under I/O: fio ends, nothing hangs" eval 'connect && link_delete_under_io'
 		fi
@@ -184,7 +231,7 @@ ktap_print_header
 if [[ $PAIR_ROLE == a ]]; then
 	ktap_set_plan $((3 * 3))
 else
-	ktap_set_plan $((3 * 8 + 2))
+	ktap_set_plan $((3 * 8 + 2 + 1))
 fi
 pair_wait_peer 900 || { echo "# the peer never answered ping"; }
 modprobe nvme-rdma 2>/dev/null

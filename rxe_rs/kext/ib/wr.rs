@@ -148,7 +148,8 @@ pub(super) unsafe fn decode_send<'a, T: Driver>(
             }
         } else if opcode == bindings::ib_wr_opcode_IB_WR_REG_MR {
             let reg = &*wr.cast::<bindings::ib_reg_wr>();
-            if reg.mr.is_null() {
+            // The new key may change only the MR's key byte.
+            if reg.mr.is_null() || (*reg.mr).lkey >> 8 != reg.key >> 8 {
                 return Err(EINVAL);
             }
             KernelDest::Register {
