@@ -313,7 +313,7 @@ pub(super) fn complete_recv_from(
 /// once, so a process posting meanwhile cannot keep the flush going; what it posts later is
 /// flushed by the doorbell the ring's flags ask for.
 pub(crate) fn flush_rq(qp: &QpInner, s: &mut QpLocked) {
-    if s.resp.recv.is_some() {
+    let flush_one = |s: &mut QpLocked| {
         complete_recv(
             qp,
             s,
@@ -322,7 +322,10 @@ pub(crate) fn flush_rq(qp: &QpInner, s: &mut QpLocked) {
             0,
             Carried::Nothing,
             false,
-        );
+        )
+    };
+    if s.resp.recv.is_some() {
+        flush_one(s);
     }
     let producer = qp.rq.load(RingIndex::Producer);
     // A ring too corrupt to read: nothing in it can be flushed.
@@ -334,15 +337,7 @@ pub(crate) fn flush_rq(qp: &QpInner, s: &mut QpLocked) {
             Ok(true) | Err(RqError::BadWqe) => {}
             Ok(false) | Err(RqError::BrokenRing) => return,
         }
-        complete_recv(
-            qp,
-            s,
-            WcStatus::WrFlushErr,
-            wc_opcode::RECV,
-            0,
-            Carried::Nothing,
-            false,
-        );
+        flush_one(s);
     }
 }
 

@@ -82,6 +82,16 @@ pair_stack_up() {
 	return 1
 }
 
+# Runs FUNC MINE LABEL for each of the three pairings in turn, MINE being this side's stack:
+# rxe_rs on both ends, rxe_rs (A) with rdma_rxe (B), and rdma_rxe (A) with rxe_rs (B).
+pair_each_pairing() {
+	local a b p
+	for p in rxe_rs-rxe_rs rxe_rs-rdma_rxe rdma_rxe-rxe_rs; do
+		a=${p%-*} b=${p#*-}
+		if [[ $PAIR_ROLE == a ]]; then "$1" "$a" "$a<->$b"; else "$1" "$b" "$a<->$b"; fi
+	done
+}
+
 # Brings up STACK here and waits for the peer to bring up its own (barrier TAG-up). Fails when
 # either side failed, so that neither goes on to exchanges the other will not join.
 pair_stack_up_both() {

@@ -238,14 +238,6 @@ ktap_print_header
 # Each pairing: its stack check, then its cases.
 ktap_set_plan $((3 * (1 + $(cases | wc -l))))
 pair_wait_peer 900 || { echo "# the peer never answered ping"; }
-if [[ $PAIR_ROLE == a ]]; then
-	pairing rxe_rs "rxe_rs<->rxe_rs"
-	pairing rxe_rs "rxe_rs<->rdma_rxe"
-	pairing rdma_rxe "rdma_rxe<->rxe_rs"
-else
-	pairing rxe_rs "rxe_rs<->rxe_rs"
-	pairing rdma_rxe "rxe_rs<->rdma_rxe"
-	pairing rxe_rs "rdma_rxe<->rxe_rs"
-fi
+pair_each_pairing pairing
 reset_modules
 ktap_finished

@@ -24,7 +24,7 @@ CFS=/sys/kernel/config/nvmet
 FIO_COMMON=(--direct=1 --ioengine=libaio --verify=crc32c --verify_fatal=1 --verify_state_save=0
 	--randrepeat=1 --group_reporting)
 FIO_WRITE=(--name=write --rw=randwrite --bssplit=4k/40:64k/40:1m/20 --size=16M --iodepth=16)
-FIO_LOSSY=(--name=lossy --rw=randrw --bssplit=4k/50:64k/50 --offset=64M --size=4M --iodepth=8)
+FIO_LOSSY=(--name=lossy --rw=randrw --bssplit=4k/50:64k/50 --offset=64M --size=2M --iodepth=8)
 # The damage for the lossy step (per RoCE frame, both ways), as lossy_link.sh's.
 LOSSY_IMPAIRMENT=${RXE_RS_IMPAIRMENT:-loss=0.03 dup=0.02 reorder=0.03 corrupt=0.01}
 FIO_MIXED=(--name=mixed --rw=randrw --bssplit=4k/50:16k/30:128k/20 --offset=32M --size=4M --iodepth=1)
@@ -136,9 +136,9 @@ link_delete_under_io() {
 	local fio=$!
 	# (fio takes seconds to start in a TCG guest: delete only once its I/O flows.)
 	wait_for 120 eval '(($(ios_done "$name") >= before + 16))' || { echo "# fio did no I/O"; cat "$out"; kill -9 $fio; return 1; }
-	local t0=$SECONDS
+	local t0=$SECONDS flowed=$(($(ios_done "$name") - before))
 	timeout 180 rdma link delete "$DEV" || { echo "# rdma link delete $DEV failed or hung"; kill -9 $fio; return 1; }
-	echo "# link deleted in $((SECONDS - t0)) s, after $(($(ios_done "$name" 2>/dev/null || echo "$before") - before)) I/Os"
+	echo "# link deleted in $((SECONDS - t0)) s, after $flowed I/Os"
 	wait_for 120 bash -c "! kill -0 $fio 2>/dev/null" || { echo "# fio still running 120 s after the link went"; kill -9 $fio; return 1; }
 	wait $fio
 	local rc=$?
@@ -235,15 +235,7 @@ else
 fi
 pair_wait_peer 900 || { echo "# the peer never answered ping"; }
 modprobe nvme-rdma 2>/dev/null
-if [[ $PAIR_ROLE == a ]]; then
-	pairing rxe_rs "rxe_rs<->rxe_rs"
-	pairing rxe_rs "rxe_rs<->rdma_rxe"
-	pairing rdma_rxe "rdma_rxe<->rxe_rs"
-else
-	pairing rxe_rs "rxe_rs<->rxe_rs"
-	pairing rdma_rxe "rxe_rs<->rdma_rxe"
-	pairing rxe_rs "rdma_rxe<->rxe_rs"
-fi
+pair_each_pairing pairing
 modprobe -r nvme-rdma 2>/dev/null
 reset_modules
 ktap_finished
