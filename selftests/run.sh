@@ -82,7 +82,7 @@ start_pairs() {
 	mkdir -p "$pair_dir"
 	echo "selftests: booting two VMs for ${#pair_tests[@]} pair test script(s); logs: $pair_dir"
 	(
-		"$RXE_RS_ROOT/scripts/vm-pair.sh" --impairable --timeout 3900 "$pair_dir" \
+		"$RXE_RS_ROOT/scripts/vm-pair.sh" --impairable --timeout 4500 "$pair_dir" \
 			-- env "${knobs[@]}" RXE_RS_TEST_TIMEOUT=3300 RXE_RS_SUITE_LOG="$pair_dir/suite-a.log" \
 			bash "$here/guest/run-suite.sh" "${pair_tests[@]}" \
 			-- env "${knobs[@]}" RXE_RS_TEST_TIMEOUT=3300 RXE_RS_SUITE_LOG="$pair_dir/suite-b.log" \
