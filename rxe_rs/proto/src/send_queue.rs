@@ -457,7 +457,10 @@ impl<S: DerefMut<Target = [Progress]>> SendQueue<S> {
     }
 
     /// The PSNs of the WQEs in flight (those that sent something, or whose READ responses
-    /// began to arrive), oldest first: what an ACK may complete.
+    /// began to arrive, or that a rewind is about to send again), oldest first: what an ACK
+    /// may complete. A WQE sent before a rewind counts although its `sent` went back to 0: the
+    /// responder may have taken it, and answers its repeat with an ACK for the last PSN it
+    /// took, which must complete it now, since once `acked_psn` is past it no later ACK can.
     pub fn in_flight_spans(&self) -> impl Iterator<Item = Span> + '_ {
         let mut index = self.consumer;
         core::iter::from_fn(move || {
@@ -465,7 +468,8 @@ impl<S: DerefMut<Target = [Progress]>> SendQueue<S> {
                 return None;
             }
             let w = self.work(index);
-            if w.sent == 0 && !(w.is_read && w.read_got > 0) {
+            let sent_before = !w.local && w.npkts > 0 && w.first_psn.before(self.sent_end);
+            if w.sent == 0 && !(w.is_read && w.read_got > 0) && !sent_before {
                 return None;
             }
             index = index.wrapping_add(1);
@@ -529,6 +533,28 @@ mod tests {
             let left = q.work(index).npkts - q.work(index).sent;
             q.record_sent(index, left);
         }
+    }
+
+    #[test]
+    fn an_ack_past_rewound_work_completes_it() {
+        // Three one-packet WRITEs all reach the responder, but their ACK is lost: the timer
+        // resends from the first, the window shut to one packet. The responder answers the
+        // repeat with an ACK for the last PSN it took (2): all three are complete. Counting
+        // only what was sent since the rewind, the completer retired one, moved `acked_psn`
+        // to 3, and dropped every later ACK for PSN 2 as stale: the QP stalled for good.
+        let mut q = queue(8);
+        q.start(Psn::new(0));
+        for _ in 0..3 {
+            q.push(K, false, MTU);
+        }
+        send_all(&mut q);
+        assert_eq!(q.on_timeout(), Psn::new(0));
+        assert_eq!((q.cur, q.work(1).sent, q.work(2).sent), (0, 0, 0));
+        q.record_sent(0, 1);
+        assert_eq!(ack(&mut q, Psn::new(2)), AfterAck::Nothing);
+        assert_eq!(q.consumer, 3, "all three complete");
+        assert_eq!(q.acked_psn, Psn::new(3));
+        assert!(!q.outstanding());
     }
 
     #[test]
