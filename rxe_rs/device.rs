@@ -6,9 +6,9 @@ use crate::{
     kext::{
         ib::{
             self, Access, Ah, AhAttr, AtomicCap, CorePortCaps, Cq, CqInitAttr, Device, DeviceAttr,
-            DeviceCaps, KernelCaps, KernelDest, KernelRecvWr, KernelSendWr, KernelWcArray, Mr, Pd,
-            PortAttr, PortCaps, PortImmutable, PortPhysState, PortState, Qp, QpAttr, QpAttrMask,
-            QpInitAttr, QpLinks, QpType, StatDesc,
+            DeviceCaps, KernelCaps, KernelDest, KernelRecvWr, KernelSendWr, KernelWcArray, Mr, Mw,
+            MwType, Pd, PortAttr, PortCaps, PortImmutable, PortPhysState, PortState, Qp, QpAttr,
+            QpAttrMask, QpInitAttr, QpLinks, QpType, StatDesc,
         },
         lock::{new_spinlock_bh, new_spinlock_irq, SpinLockBh},
         netdev::NetDevice,
@@ -26,6 +26,7 @@ use crate::{
     verbs::cq::RxeCq,
     verbs::mcast::McastGroups,
     verbs::mr::{self, Backing, FastRegion, FixedRegion, MrInner, MrKind, RxeMr},
+    verbs::mw::{MwInner, RxeMw},
     verbs::pd::RxePd,
 };
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -168,7 +169,9 @@ impl ib::Driver for RxeDevice {
             DeviceCaps::RC_RNR_NAK_GEN
                 | DeviceCaps::PORT_ACTIVE_EVENT
                 | DeviceCaps::SYS_IMAGE_GUID
-                | DeviceCaps::MEM_MGT_EXTENSIONS,
+                | DeviceCaps::MEM_MGT_EXTENSIONS
+                | DeviceCaps::MEM_WINDOW
+                | DeviceCaps::MEM_WINDOW_TYPE_2B,
             // `rdma link delete` is how users remove a soft device.
             KernelCaps::ALLOW_USER_UNREG,
             AtomicCap::None,
@@ -180,6 +183,7 @@ impl ib::Driver for RxeDevice {
         attr.max_cq = limits::MAX_CQ as i32;
         attr.max_cqe = limits::MAX_CQE as i32;
         attr.max_mr = limits::MAX_MR as i32;
+        attr.max_mw = limits::MAX_MW as i32;
         attr.max_qp = limits::MAX_QP as i32;
         attr.max_qp_wr = limits::MAX_QP_WR as i32;
         attr.max_send_sge = limits::MAX_SGE as i32;
@@ -438,30 +442,30 @@ impl ib::Driver for RxeDevice {
         mr::check_access(access)?;
         mr::check_range(iova, len, limits::MAX_MR_SIZE)?;
         let memory = dev.pin_user_memory(start, len, access)?;
-        dev.insert_mr(MrInner {
-            pd: pd.id,
-            kind: MrKind::Fixed(FixedRegion {
+        dev.insert_mr(MrInner::new(
+            pd.id,
+            MrKind::Fixed(FixedRegion {
                 key_byte: random_u32() as u8,
                 iova,
                 len,
                 access,
                 backing: Backing::User(memory),
             }),
-        })
+        ))
     }
 
     fn get_dma_mr(dev: &Device<Self>, pd: &Pd<Self>, access: Access) -> Result<(RxeMr, u32)> {
         mr::check_access(access)?;
-        dev.insert_mr(MrInner {
-            pd: pd.id,
-            kind: MrKind::Fixed(FixedRegion {
+        dev.insert_mr(MrInner::new(
+            pd.id,
+            MrKind::Fixed(FixedRegion {
                 key_byte: random_u32() as u8,
                 iova: 0,
                 len: u64::MAX,
                 access,
                 backing: Backing::Dma,
             }),
-        })
+        ))
     }
 
     fn alloc_mr(dev: &Device<Self>, pd: &Pd<Self>, max_pages: u32) -> Result<(RxeMr, u32)> {
@@ -473,10 +477,7 @@ impl ib::Driver for RxeDevice {
             new_spinlock_irq!(FastRegion::new(key_byte, max_pages)?, "rxe_rs_fast_mr"),
             GFP_KERNEL,
         )?;
-        dev.insert_mr(MrInner {
-            pd: pd.id,
-            kind: MrKind::Fast(region),
-        })
+        dev.insert_mr(MrInner::new(pd.id, MrKind::Fast(region)))
     }
 
     fn map_mr_begin(mr: &Mr<Self>, page_size: u32) -> Result {
@@ -494,7 +495,12 @@ impl ib::Driver for RxeDevice {
     }
 
     fn dereg_mr(dev: &Device<Self>, mr: &Mr<Self>) -> Result {
-        let region = dev.res.mrs.remove(mr.lkey() >> 8);
+        let index = mr.lkey() >> 8;
+        if let Some(region) = dev.res.mrs.get(index) {
+            // EBUSY while windows are bound to it; once this succeeds, none binds.
+            region.begin_dereg()?;
+        }
+        let region = dev.res.mrs.remove(index);
         if region.as_ref().is_some_and(|r| r.free_fast()) {
             // Pins nothing, and no access gets through once it is free: the last reference
             // may go anywhere (nvme-rdma frees a queue's worth of these at each teardown).
@@ -506,6 +512,21 @@ impl ib::Driver for RxeDevice {
         crate::kext::rcu::synchronize();
         drop(region);
         Ok(())
+    }
+
+    type Mw = RxeMw;
+
+    fn alloc_mw(dev: &Device<Self>, pd: &Pd<Self>, kind: MwType) -> Result<(RxeMw, u32)> {
+        let key_byte = random_u32() as u8;
+        let inner = Arc::pin_init(MwInner::new(pd.id, kind, key_byte), GFP_KERNEL_ACCOUNT)?;
+        let index = dev.res.mws.insert(inner)?;
+        Ok((RxeMw { index }, mr::make_key(index, key_byte.into())))
+    }
+
+    fn dealloc_mw(dev: &Device<Self>, mw: &Mw<Self>) {
+        if let Some(inner) = dev.res.mws.remove(mw.index) {
+            inner.retire();
+        }
     }
 
     type Ah = RxeAh;

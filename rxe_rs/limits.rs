@@ -28,6 +28,9 @@ pub(crate) const MAX_CQ: u32 = 1 << 16;
 pub(crate) const MAX_CQE: u32 = (1 << 15) - 1;
 /// Memory regions per device (key indices 1..=MAX_MR; index 0 is the local DMA lkey).
 pub(crate) const MAX_MR: u32 = (1 << 16) - 1;
+/// Memory windows per device (key indices MAX_MR + 1..=MAX_MR + MAX_MW: an R_Key's index
+/// says which of the two it names).
+pub(crate) const MAX_MW: u32 = (1 << 16) - 1;
 /// Largest MR.
 pub(crate) const MAX_MR_SIZE: u64 = 1 << 40;
 /// Pages one fast-registration MR maps (rdma_rxe's figure: nvme-rdma then maps 256 + 1, for

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
-//! What the datapath reaches of its device: the netdev it sends on, the memory regions by key,
-//! the address handles by number, the port counters and the ICRC engine. The device and each
-//! of its QPs share it, so the engines need nothing from the layer above them: the QP table and the verbs entry points are in the device.
+//! What the datapath reaches of its device: the netdev it sends on, the memory regions and
+//! windows by key, the address handles by number, the port counters and the ICRC engine. The
+//! device and each of its QPs share it, so the engines need nothing from the layer above them:
+//! the QP table and the verbs entry points are in the device.
 
 use crate::{
     counters::Counters,
@@ -11,6 +12,7 @@ use crate::{
     verbs::{
         ah::AhInner,
         mr::{self, KeyedMr, MrInner, PdId},
+        mw::{MwInner, RemoteKey},
     },
 };
 use kernel::{prelude::*, sync::Arc, types::ARef};
@@ -22,6 +24,9 @@ pub(crate) struct Resources {
     #[pin]
     pub(crate) mrs: IndexTable<MrInner>,
     /// Address handles by number (limit: [`limits::MAX_AH`]).
+    /// Memory windows by key index, after the MRs' (limit: [`limits::MAX_MW`]).
+    #[pin]
+    pub(crate) mws: IndexTable<MwInner>,
     #[pin]
     pub(crate) ahs: IndexTable<AhInner>,
     /// Port counters.
@@ -41,6 +46,7 @@ impl Resources {
     pub(crate) fn new(ndev: ARef<NetDevice>, receive: fn(SkBuff)) -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
             mrs <- IndexTable::new(1, limits::MAX_MR),
+            mws <- IndexTable::new(limits::MAX_MR + 1, limits::MAX_MW),
             ahs <- IndexTable::new(1, limits::MAX_AH),
             counters: Counters::new(),
             crc: KernelCrc32::new(),
@@ -66,5 +72,26 @@ impl Resources {
     pub(crate) fn lookup_mr(&self, key: u32) -> Option<KeyedMr> {
         let mr = self.mrs.get(key >> 8).filter(|mr| mr.key_matches(key))?;
         Some(KeyedMr { mr, key })
+    }
+
+    /// What an R_Key names: an MR or a memory window, if it names one now.
+    pub(crate) fn lookup_rkey(&self, key: u32) -> Option<RemoteKey> {
+        if key >> 8 <= limits::MAX_MR {
+            return self.lookup_mr(key).map(RemoteKey::Mr);
+        }
+        let mw = self.mws.get(key >> 8).filter(|mw| mw.key_matches(key))?;
+        Some(RemoteKey::Mw { mw, key })
+    }
+
+    /// LOCAL_INV of `key` posted on QP `qpn` of PD `pd`, or (`from_peer`) a peer's SEND WITH
+    /// INVALIDATE arriving on it: a fast-registration MR or a type 2 window.
+    pub(crate) fn invalidate(&self, key: u32, pd: PdId, qpn: u32, from_peer: bool) -> Result {
+        if key >> 8 <= limits::MAX_MR {
+            return self.mrs.get(key >> 8).ok_or(EINVAL)?.invalidate(key, pd);
+        }
+        self.mws
+            .get(key >> 8)
+            .ok_or(EINVAL)?
+            .invalidate(key, pd, qpn, from_peer)
     }
 }

@@ -12,6 +12,7 @@ pub mod cq;
 pub mod device;
 pub mod ffi;
 pub mod mr;
+pub mod mw;
 pub mod pd;
 pub mod post;
 pub mod qp;

@@ -21,7 +21,7 @@ use crate::{
         wire::Frame,
     },
     qp::{QpInner, QpLocked},
-    uapi::{send_flags, send_opcode, wc_opcode, SendWqe, Sge, WcStatus},
+    uapi::{send_flags, send_opcode, wc_opcode, BindMw, SendWqe, Sge, WcStatus},
     verbs::{mr::MrKind, sgl},
 };
 use kernel::prelude::*;
@@ -60,6 +60,7 @@ pub(crate) fn wc_opcode(opcode: u32) -> u32 {
         send_opcode::RDMA_WRITE | send_opcode::RDMA_WRITE_WITH_IMM => wc_opcode::RDMA_WRITE,
         send_opcode::RDMA_READ => wc_opcode::RDMA_READ,
         send_opcode::LOCAL_INV => wc_opcode::LOCAL_INV,
+        send_opcode::BIND_MW => wc_opcode::BIND_MW,
         send_opcode::REG_MR => wc_opcode::REG_MR,
         _ => wc_opcode::SEND,
     }
@@ -166,8 +167,14 @@ impl Requester {
         // Whatever happens next, completions report this WQE's id and opcode.
         self.wqes[slot] = wqe;
         if is_local(wqe.opcode) {
-            // Memory registration and invalidation: a kernel consumer's, on a connection.
-            if !qp.is_kernel() || qp.qp_type != QpType::Rc {
+            // Memory registration (a kernel consumer's), invalidation and window binds (a
+            // process's: the kernel has no windows), on a connection.
+            let allowed = match wqe.opcode {
+                send_opcode::REG_MR => qp.is_kernel(),
+                send_opcode::BIND_MW => !qp.is_kernel(),
+                _ => true,
+            };
+            if !allowed || qp.qp_type != QpType::Rc {
                 let _ = self.q.push_unnumbered(false);
                 return Err((index, WcStatus::LocQpOpErr));
             }
@@ -276,34 +283,58 @@ impl Requester {
 
 /// A local operation: no packet, executed when the requester reaches it.
 fn is_local(opcode: u32) -> bool {
-    matches!(opcode, send_opcode::REG_MR | send_opcode::LOCAL_INV)
+    matches!(
+        opcode,
+        send_opcode::REG_MR | send_opcode::LOCAL_INV | send_opcode::BIND_MW
+    )
 }
 
-/// Executes the local operation `wqe` of a kernel consumer's QP: `IB_WR_REG_MR` makes its
-/// fast-registration MR valid under the new key, `IB_WR_LOCAL_INV` invalidates one. Either
-/// fails (with the QP) on an MR that is not a fast-registration MR of the QP's PD, in the
-/// state the operation needs, named by the right key.
+/// Executes the local operation `wqe`: `IB_WR_REG_MR` makes a fast-registration MR valid
+/// under the new key, LOCAL_INV invalidates one or a type 2 memory window, BIND_MW binds a
+/// window. Each fails (with the QP) on an object not of the QP's PD, not in the state the
+/// operation needs, or not named by the right key: a bind with MW_BIND_ERR, the others with
+/// LOC_QP_OP_ERR, as rdma_rxe.
 fn execute_local(qp: &QpInner, wqe: &SendWqe) -> core::result::Result<(), WcStatus> {
-    let key = if wqe.opcode == send_opcode::REG_MR {
-        wqe.rkey
-    } else {
-        wqe.invalidate_rkey
-    };
-    let mr = qp.res().mrs.get(key >> 8).ok_or(WcStatus::LocQpOpErr)?;
-    let done = if wqe.opcode == send_opcode::REG_MR {
-        let access = Access::from_raw(wqe.swap as u32 as i32);
-        match &mr.kind {
-            MrKind::Fast(region) if mr.pd == qp.pd => {
-                region
-                    .lock()
-                    .register(key as u8, wqe.remote_addr, wqe.compare_add, access)
-            }
-            _ => Err(EINVAL),
+    match wqe.opcode {
+        send_opcode::REG_MR => register_mr(qp, wqe).map_err(|_| WcStatus::LocQpOpErr),
+        send_opcode::BIND_MW => bind_mw(qp, &BindMw::decode(wqe)).map_err(|_| WcStatus::MwBindErr),
+        _ => qp
+            .res()
+            .invalidate(wqe.invalidate_rkey, qp.pd, qp.qpn, false)
+            .map_err(|_| WcStatus::LocQpOpErr),
+    }
+}
+
+/// `IB_WR_REG_MR`: the new key in `rkey`, the range in `remote_addr` and `compare_add`, the
+/// rights in `swap`.
+fn register_mr(qp: &QpInner, wqe: &SendWqe) -> Result {
+    let key = wqe.rkey;
+    let mr = qp.res().mrs.get(key >> 8).ok_or(EINVAL)?;
+    let access = Access::from_raw(wqe.swap as u32 as i32);
+    match &mr.kind {
+        MrKind::Fast(region) if mr.pd == qp.pd => {
+            region
+                .lock()
+                .register(key as u8, wqe.remote_addr, wqe.compare_add, access)
         }
-    } else {
-        mr.invalidate(key, qp.pd)
+        _ => Err(EINVAL),
+    }
+}
+
+/// BIND_MW: the window its R_Key's index names, under a new key of the same index; the MR is
+/// looked up only for a bind with a length (one without unbinds).
+fn bind_mw(qp: &QpInner, bind: &BindMw) -> Result {
+    let index = bind.mw_rkey >> 8;
+    if bind.new_rkey >> 8 != index {
+        return Err(EINVAL);
+    }
+    let res = qp.res();
+    let mw = res.mws.get(index).ok_or(EINVAL)?;
+    let mr = match bind.length {
+        0 => None,
+        _ => Some(res.lookup_mr(bind.mr_lkey).ok_or(EINVAL)?),
     };
-    done.map_err(|_| WcStatus::LocQpOpErr)
+    mw.bind(qp.pd, qp.qpn, bind, mr)
 }
 
 /// Copies the payload bytes at message offset `offset` of the work at `index` into `out`.

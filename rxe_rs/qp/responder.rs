@@ -515,8 +515,8 @@ fn send_read_response(
         if out.is_empty() {
             return Ok(());
         }
-        let mr = qp.res().lookup_mr(rkey).ok_or(WcStatus::RemAccessErr)?;
-        mr.read(qp.pd, r.va, out, Access::REMOTE_READ)
+        let mr = qp.res().lookup_rkey(rkey).ok_or(WcStatus::RemAccessErr)?;
+        mr.read(qp.pd, qp.qpn, r.va, out, Access::REMOTE_READ)
             .map_err(|_| WcStatus::RemAccessErr)
     })
 }
@@ -537,8 +537,8 @@ fn check_remote(
     if reth.dma_len == 0 {
         return Ok(());
     }
-    let mr = qp.res().lookup_mr(reth.rkey).ok_or(Failure::Access)?;
-    mr.check(qp.pd, reth.va, u64::from(reth.dma_len), rights)
+    let mr = qp.res().lookup_rkey(reth.rkey).ok_or(Failure::Access)?;
+    mr.check(qp.pd, qp.qpn, reth.va, u64::from(reth.dma_len), rights)
         .map_err(|_| Failure::Access)
 }
 
@@ -719,12 +719,10 @@ fn execute_send(qp: &QpInner, s: &mut QpLocked, d: &Datagram<'_>, carried: Carri
     if d.info.is_last {
         let len = recv.received as u32;
         if let Carried::Invalidated(rkey) = carried {
-            // After the data is placed; only a fast-registration MR of our PD, by its key.
+            // After the data is placed; only a fast-registration MR of our PD or a type 2
+            // window bound to this QP, by its key.
             qp.res()
-                .mrs
-                .get(rkey >> 8)
-                .ok_or(EINVAL)
-                .and_then(|mr| mr.invalidate(rkey, qp.pd))
+                .invalidate(rkey, qp.pd, qp.qpn, true)
                 .map_err(|_| Failure::Local(WcStatus::RemInvReqErr))?;
         }
         complete_recv(
@@ -771,8 +769,8 @@ fn execute_write(
         return Err(Failure::Invalid);
     }
     if n > 0 {
-        let mr = qp.res().lookup_mr(w.rkey).ok_or(Failure::Access)?;
-        mr.write(qp.pd, w.va, d.payload, Access::REMOTE_WRITE)
+        let mr = qp.res().lookup_rkey(w.rkey).ok_or(Failure::Access)?;
+        mr.write(qp.pd, qp.qpn, w.va, d.payload, Access::REMOTE_WRITE)
             .map_err(|_| Failure::Access)?;
     }
     w.resid -= n;

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The verbs objects other than the QP: protection domains, memory regions (and the copy of
-//! bytes through them), completion queues, address handles, multicast groups.
+//! bytes through them), memory windows, completion queues, address handles, multicast groups.
 
 pub(crate) mod ah;
 pub(crate) mod cq;
 pub(crate) mod mcast;
 pub(crate) mod mr;
+pub(crate) mod mw;
 pub(crate) mod pd;
 pub(crate) mod sgl;

@@ -6,6 +6,7 @@ use crate::{
     kext::{ib::Access, kmem, lock::SpinLockIrq, umem::PinnedUserMemory},
     uapi::WcStatus,
 };
+use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{prelude::*, sync::Arc};
 
 /// Access flags we implement; the optional range is accepted and ignored.
@@ -54,7 +55,13 @@ pub(crate) struct MrInner {
     /// The PD it belongs to (QPs may only use MRs of their own PD).
     pub(crate) pd: PdId,
     pub(crate) kind: MrKind,
+    /// Memory windows bound to it, or [`DEREGISTERED`]: an MR with windows bound cannot be
+    /// deregistered (IBA 10.6.7.2.6), and none binds to one being deregistered.
+    windows: AtomicU32,
 }
+
+/// [`MrInner::windows`] of an MR being deregistered.
+const DEREGISTERED: u32 = 1 << 31;
 
 /// Why an access to an MR was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,7 +82,12 @@ impl From<AccessError> for WcStatus {
 }
 
 /// The offset of `[addr, addr + len)` in a region of `len` bytes at `iova`.
-fn offset_in(iova: u64, region_len: u64, addr: u64, len: u64) -> Result<u64, AccessError> {
+pub(crate) fn offset_in(
+    iova: u64,
+    region_len: u64,
+    addr: u64,
+    len: u64,
+) -> Result<u64, AccessError> {
     let offset = addr.checked_sub(iova).ok_or(AccessError::OutOfBounds)?;
     match offset.checked_add(len) {
         Some(end) if end <= region_len => Ok(offset),
@@ -245,7 +257,7 @@ impl FastRegion {
 }
 
 /// The two directions of a copy.
-enum Buf<'a> {
+pub(crate) enum Buf<'a> {
     /// Out of the MR.
     Out(&'a mut [u8]),
     /// Into the MR.
@@ -253,7 +265,7 @@ enum Buf<'a> {
 }
 
 impl Buf<'_> {
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             Buf::Out(b) => b.len(),
             Buf::In(b) => b.len(),
@@ -262,6 +274,45 @@ impl Buf<'_> {
 }
 
 impl MrInner {
+    /// An MR of PD `pd`, with no window bound.
+    pub(crate) fn new(pd: PdId, kind: MrKind) -> Self {
+        Self {
+            pd,
+            kind,
+            windows: AtomicU32::new(0),
+        }
+    }
+
+    /// Counts a window bound to it; false if it is being deregistered.
+    pub(crate) fn hold_window(&self) -> bool {
+        self.windows
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n & DEREGISTERED == 0).then(|| n + 1)
+            })
+            .is_ok()
+    }
+
+    /// A window bound to it was unbound.
+    pub(crate) fn release_window(&self) {
+        self.windows.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Marks it as being deregistered: EBUSY while windows are bound to it.
+    pub(crate) fn begin_dereg(&self) -> Result {
+        self.windows
+            .compare_exchange(0, DEREGISTERED, Ordering::AcqRel, Ordering::Acquire)
+            .map(|_| ())
+            .map_err(|_| EBUSY)
+    }
+
+    /// Its rights, range and backing if it is registered once (not fast registration).
+    pub(crate) fn fixed(&self) -> Option<&FixedRegion> {
+        match &self.kind {
+            MrKind::Fixed(r) => Some(r),
+            MrKind::Fast(_) => None,
+        }
+    }
+
     /// The low byte of its key now.
     pub(crate) fn key_byte(&self) -> u8 {
         match &self.kind {
@@ -285,7 +336,7 @@ impl MrInner {
     /// `pd`, then copies (`buf`) if it is for bytes. The fast-registration MR is checked and
     /// copied under one hold of its lock: an invalidation waits for the copy, and none after
     /// it gets through.
-    fn access(
+    pub(crate) fn access(
         &self,
         key: u32,
         pd: PdId,
@@ -370,17 +421,6 @@ impl KeyedMr {
             rights,
             Some(Buf::In(data)),
         )
-    }
-
-    /// Checks an access of `len` bytes at `addr` needing `rights` from a QP in PD `pd`.
-    pub(crate) fn check(
-        &self,
-        pd: PdId,
-        addr: u64,
-        len: u64,
-        rights: Access,
-    ) -> core::result::Result<(), AccessError> {
-        self.mr.access(self.key, pd, addr, len, rights, None)
     }
 }
 

@@ -25,13 +25,59 @@ pub mod send_opcode {
     pub const RDMA_READ: u32 = 4;
     pub const ATOMIC_CMP_AND_SWP: u32 = 5;
     pub const ATOMIC_FETCH_AND_ADD: u32 = 6;
+    /// Invalidates the MR or memory window named by `invalidate_rkey`.
     pub const LOCAL_INV: u32 = 7;
+    /// Binds a memory window: see [`super::BindMw`] for the fields it uses.
     pub const BIND_MW: u32 = 8;
     pub const SEND_WITH_INV: u32 = 9;
     /// `IB_WR_REG_MR`, posted by kernel consumers only (never valid in a process's ring): the
     /// new key in `rkey`, the iova in `remote_addr`, the length in `compare_add`, the access
     /// flags in `swap`.
     pub const REG_MR: u32 = 0x20;
+}
+
+/// What a BIND_MW WQE carries, in the fields of [`SendWqe`]: the window by its R_Key now
+/// (`invalidate_rkey`), its new R_Key (`rkey`), the range `[remote_addr, remote_addr +
+/// compare_add)` of the MR whose L_Key is the high half of `swap`, and the window's access flags
+/// (`enum ibv_access_flags`) in the low half. A zero length unbinds (type 1 only).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BindMw {
+    /// The window's R_Key when the bind was posted (its table index names it).
+    pub mw_rkey: u32,
+    /// The R_Key it gets (same index, new low byte).
+    pub new_rkey: u32,
+    /// L_Key of the MR the window opens onto.
+    pub mr_lkey: u32,
+    /// First byte of the window, an address in the MR's iova space.
+    pub addr: u64,
+    /// Bytes.
+    pub length: u64,
+    /// `IBV_ACCESS_REMOTE_*` and `IBV_ACCESS_ZERO_BASED`.
+    pub access: u32,
+}
+
+impl BindMw {
+    /// Puts the bind into `wqe` (opcode and the fields above).
+    pub fn encode(&self, wqe: &mut SendWqe) {
+        wqe.opcode = send_opcode::BIND_MW;
+        wqe.invalidate_rkey = self.mw_rkey;
+        wqe.rkey = self.new_rkey;
+        wqe.remote_addr = self.addr;
+        wqe.compare_add = self.length;
+        wqe.swap = (u64::from(self.mr_lkey) << 32) | u64::from(self.access);
+    }
+
+    /// Reads the bind out of `wqe`.
+    pub fn decode(wqe: &SendWqe) -> Self {
+        Self {
+            mw_rkey: wqe.invalidate_rkey,
+            new_rkey: wqe.rkey,
+            mr_lkey: (wqe.swap >> 32) as u32,
+            addr: wqe.remote_addr,
+            length: wqe.compare_add,
+            access: wqe.swap as u32,
+        }
+    }
 }
 
 /// Send flags: the values of `enum ibv_send_flags`.
@@ -171,6 +217,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn bind_mw_round_trips() {
+        let bind = BindMw {
+            mw_rkey: 0x0100_0012,
+            new_rkey: 0x0100_0013,
+            mr_lkey: 0xdead_beef,
+            addr: 0x7fff_0000_1000,
+            length: 1 << 33,
+            access: 0x22,
+        };
+        let mut wqe = SendWqe::default();
+        bind.encode(&mut wqe);
+        assert_eq!(wqe.opcode, send_opcode::BIND_MW);
+        assert_eq!(BindMw::decode(&wqe), bind);
+    }
+
+    #[test]
     fn slot_sizes() {
         assert_eq!(send_wqe_bytes(4, 0), 72 + 64);
         assert_eq!(send_wqe_bytes(1, 256), 72 + 256);
@@ -186,6 +248,7 @@ pub mod wc_status {
     pub const LOC_QP_OP_ERR: u32 = 2;
     pub const LOC_PROT_ERR: u32 = 4;
     pub const WR_FLUSH_ERR: u32 = 5;
+    pub const MW_BIND_ERR: u32 = 6;
     pub const BAD_RESP_ERR: u32 = 7;
     pub const LOC_ACCESS_ERR: u32 = 8;
     pub const REM_INV_REQ_ERR: u32 = 9;
@@ -201,6 +264,7 @@ pub mod wc_opcode {
     pub const SEND: u32 = 0;
     pub const RDMA_WRITE: u32 = 1;
     pub const RDMA_READ: u32 = 2;
+    pub const BIND_MW: u32 = 5;
     pub const LOCAL_INV: u32 = 6;
     /// `IB_WC_REG_MR` (kernel consumers only).
     pub const REG_MR: u32 = 10;
@@ -232,6 +296,8 @@ pub enum WcStatus {
     LocProtErr = wc_status::LOC_PROT_ERR,
     /// Flushed: the QP is in the error state.
     WrFlushErr = wc_status::WR_FLUSH_ERR,
+    /// A memory window bind failed: a window, MR, range or right the bind may not use.
+    MwBindErr = wc_status::MW_BIND_ERR,
     /// Bad response from the responder.
     BadRespErr = wc_status::BAD_RESP_ERR,
     /// Local access error.

@@ -70,7 +70,7 @@ pub type UnusedOp = Option<unsafe extern "C" fn()>;
 pub struct verbs_context_ops {
     pub advise_mr: UnusedOp,
     pub alloc_dm: UnusedOp,
-    pub alloc_mw: UnusedOp,
+    pub alloc_mw: Option<unsafe extern "C" fn(*mut ibv_pd, ibv_mw_type) -> *mut ibv_mw>,
     pub alloc_null_mr: UnusedOp,
     pub alloc_parent_domain: UnusedOp,
     pub alloc_pd: Option<unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_pd>,
@@ -78,7 +78,7 @@ pub struct verbs_context_ops {
     pub async_event: UnusedOp,
     pub attach_counters_point_flow: UnusedOp,
     pub attach_mcast: Option<unsafe extern "C" fn(*mut ibv_qp, *const ibv_gid, u16) -> c_int>,
-    pub bind_mw: UnusedOp,
+    pub bind_mw: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_mw, *mut ibv_mw_bind) -> c_int>,
     pub close_xrcd: UnusedOp,
     pub cq_event: UnusedOp,
     pub create_ah: Option<unsafe extern "C" fn(*mut ibv_pd, *mut ibv_ah_attr) -> *mut ibv_ah>,
@@ -96,7 +96,7 @@ pub struct verbs_context_ops {
     pub create_srq: UnusedOp,
     pub create_srq_ex: UnusedOp,
     pub create_wq: UnusedOp,
-    pub dealloc_mw: UnusedOp,
+    pub dealloc_mw: Option<unsafe extern "C" fn(*mut ibv_mw) -> c_int>,
     pub dealloc_pd: Option<unsafe extern "C" fn(*mut ibv_pd) -> c_int>,
     pub dealloc_td: UnusedOp,
     pub dereg_mr: Option<unsafe extern "C" fn(*mut verbs_mr) -> c_int>,
@@ -183,6 +183,14 @@ pub struct ibv_alloc_pd {
 pub struct ibv_reg_mr {
     pub hdr: ib_uverbs_cmd_hdr,
     pub core: ib_uverbs_reg_mr,
+}
+
+/// `struct ibv_alloc_mw` (kern-abi.h).
+#[repr(C)]
+#[derive(Default)]
+pub struct ibv_alloc_mw {
+    pub hdr: ib_uverbs_cmd_hdr,
+    pub core: ib_uverbs_alloc_mw,
 }
 
 /// `struct verbs_mr` (driver.h).
@@ -308,6 +316,16 @@ extern "C" {
         resp_size: usize,
     ) -> c_int;
     pub fn ibv_cmd_dereg_mr(vmr: *mut verbs_mr) -> c_int;
+    pub fn ibv_cmd_alloc_mw(
+        pd: *mut ibv_pd,
+        mw_type: ibv_mw_type,
+        mw: *mut ibv_mw,
+        cmd: *mut ibv_alloc_mw,
+        cmd_size: usize,
+        resp: *mut ib_uverbs_alloc_mw_resp,
+        resp_size: usize,
+    ) -> c_int;
+    pub fn ibv_cmd_dealloc_mw(mw: *mut ibv_mw) -> c_int;
     pub fn ibv_cmd_create_cq(
         context: *mut ibv_context,
         cqe: c_int,
@@ -394,6 +412,10 @@ const _: () = {
     assert!(size_of::<ibv_query_port>() == 24);
     assert!(size_of::<ibv_alloc_pd>() == 16);
     assert!(size_of::<ibv_reg_mr>() == 48);
+    assert!(size_of::<ibv_alloc_mw>() == 24);
+    assert!(offset_of!(verbs_context_ops, alloc_mw) == 2 * 8);
+    assert!(offset_of!(verbs_context_ops, bind_mw) == 10 * 8);
+    assert!(offset_of!(verbs_context_ops, dealloc_mw) == 25 * 8);
     assert!(size_of::<ibv_create_qp>() == 64);
     assert!(size_of::<ibv_modify_qp>() == 120);
     assert!(size_of::<ibv_query_qp>() == 24);
@@ -522,5 +544,7 @@ mod tests {
         assert_eq!(size_of::<ib_uverbs_resize_cq_resp>(), 8);
         assert_eq!(size_of::<ib_uverbs_ex_query_device_resp>(), 304);
         assert_eq!(size_of::<ib_uverbs_get_context_resp>(), 8);
+        assert_eq!(size_of::<ibv_alloc_mw>(), 24);
+        assert_eq!(size_of::<ib_uverbs_alloc_mw_resp>(), 8);
     }
 }

@@ -13,7 +13,7 @@ use crate::{
     wqe::{self, SendData},
 };
 use core::ffi::{c_int, c_void};
-use rxe_rs_uapi::{send_opcode, SendWqe, Sge, RING_FLAG_SQ_POLLED};
+use rxe_rs_uapi::{send_opcode, BindMw, SendWqe, Sge, RING_FLAG_SQ_POLLED};
 use std::{
     cell::UnsafeCell,
     sync::atomic::{AtomicBool, AtomicU32, Ordering},
@@ -170,9 +170,12 @@ pub unsafe extern "C" fn post_send(
             w.opcode,
             IBV_WR_SEND
                 | IBV_WR_SEND_WITH_IMM
+                | IBV_WR_SEND_WITH_INV
                 | IBV_WR_RDMA_WRITE
                 | IBV_WR_RDMA_WRITE_WITH_IMM
                 | IBV_WR_RDMA_READ
+                | IBV_WR_LOCAL_INV
+                | IBV_WR_BIND_MW
         );
         // SAFETY: `ibqp` is a live QP of ours.
         let ud = unsafe { (*ibqp).qp_type } == IBV_QPT_UD;
@@ -181,9 +184,12 @@ pub unsafe extern "C" fn post_send(
             ret = libc::EINVAL;
             break;
         }
-        let inline = w.send_flags & IBV_SEND_INLINE != 0;
+        // Local operations carry no data.
+        let local = matches!(w.opcode, IBV_WR_LOCAL_INV | IBV_WR_BIND_MW);
+        let inline = w.send_flags & IBV_SEND_INLINE != 0 && !local;
+        let num_sge = if local { 0 } else { w.num_sge };
         // SAFETY: `sg_list` has `num_sge` entries (the ibverbs contract).
-        let written = unsafe { sges_of(w.sg_list, w.num_sge) }
+        let written = unsafe { sges_of(w.sg_list, num_sge) }
             // SAFETY: inline sources are the caller's buffers (the ibverbs contract).
             .and_then(|sges| unsafe { send_data(sges, inline, qp.send.max_inline) })
             .and_then(|data| wqe::write_send_data(slot, data, qp.send.max_sge, qp.send.max_inline));
@@ -213,6 +219,17 @@ pub unsafe extern "C" fn post_send(
             rkey,
             ..Default::default()
         };
+        if matches!(w.opcode, IBV_WR_SEND_WITH_INV | IBV_WR_LOCAL_INV) {
+            // SAFETY: the union's other member; plain data.
+            wqe.invalidate_rkey = unsafe { w.__bindgen_anon_1.invalidate_rkey };
+            wqe.imm_data = 0;
+        }
+        if w.opcode == IBV_WR_BIND_MW {
+            // SAFETY: a bind's union member is `bind_mw`; its window and MR (if any) are ours
+            // and alive (the ibverbs contract).
+            let bind = unsafe { bind_of(&w.__bindgen_anon_2.bind_mw) };
+            bind.encode(&mut wqe);
+        }
         if ud {
             // SAFETY: a UD WR's union member is `ud`; its AH is one of ours and alive (the
             // ibverbs contract: it outlives the WRs that name it).
@@ -250,6 +267,29 @@ pub unsafe extern "C" fn post_send(
     ret
 }
 
+/// The bind a BIND_MW work request asks for.
+///
+/// # Safety
+///
+/// `mw` is a live window, and the MR of the bind info (if not NULL) a live MR.
+unsafe fn bind_of(bind: &ibv_send_wr__bindgen_ty_4__bindgen_ty_1) -> BindMw {
+    let info = &bind.bind_info;
+    BindMw {
+        // SAFETY: as the caller promises.
+        mw_rkey: unsafe { (*bind.mw).rkey },
+        new_rkey: bind.rkey,
+        // SAFETY: as the caller promises.
+        mr_lkey: if info.mr.is_null() {
+            0
+        } else {
+            unsafe { (*info.mr).lkey }
+        },
+        addr: info.addr,
+        length: info.length,
+        access: info.mw_access_flags,
+    }
+}
+
 // The extended API. Each `wr_<opcode>` starts a WQE at the batch's next index; the
 // `wr_set_*` calls that follow fill in its data.
 
@@ -272,6 +312,20 @@ unsafe fn batch(qp: &Qp) -> &mut Batch {
 
 /// Starts a WQE with `opcode`: header from the QP's `wr_id`/`wr_flags`, data to follow.
 fn begin(qpx: *mut ibv_qp_ex, opcode: u32, rkey: u32, remote_addr: u64, imm: u32) {
+    begin_wqe(
+        qpx,
+        SendWqe {
+            opcode,
+            imm_data: imm,
+            remote_addr,
+            rkey,
+            ..Default::default()
+        },
+    );
+}
+
+/// Starts the WQE `wqe`, with the QP's `wr_id`/`wr_flags`.
+fn begin_wqe(qpx: *mut ibv_qp_ex, mut wqe: SendWqe) {
     let qp = qp_of_ex(qpx);
     // SAFETY: a `wr_*` call, under the SQ lock.
     let b = unsafe { batch(qp) };
@@ -285,16 +339,7 @@ fn begin(qpx: *mut ibv_qp_ex, opcode: u32, rkey: u32, remote_addr: u64, imm: u32
         return;
     };
     // SAFETY: `qpx` is ours; plain fields the caller set.
-    let (wr_id, flags) = unsafe { ((*qpx).wr_id, (*qpx).wr_flags) };
-    let wqe = SendWqe {
-        wr_id,
-        opcode,
-        flags,
-        imm_data: imm,
-        remote_addr,
-        rkey,
-        ..Default::default()
-    };
+    (wqe.wr_id, wqe.flags) = unsafe { ((*qpx).wr_id, (*qpx).wr_flags) };
     if let Err(e) = wqe::write_send_header(slot, &wqe) {
         b.error = e;
         b.current = None;
@@ -383,6 +428,46 @@ unsafe extern "C" fn wr_send(qpx: *mut ibv_qp_ex) {
 
 unsafe extern "C" fn wr_send_imm(qpx: *mut ibv_qp_ex, imm: u32) {
     begin(qpx, send_opcode::SEND_WITH_IMM, 0, 0, imm);
+}
+
+unsafe extern "C" fn wr_send_inv(qpx: *mut ibv_qp_ex, invalidate_rkey: u32) {
+    begin_wqe(
+        qpx,
+        SendWqe {
+            opcode: send_opcode::SEND_WITH_INV,
+            invalidate_rkey,
+            ..Default::default()
+        },
+    );
+}
+
+unsafe extern "C" fn wr_local_inv(qpx: *mut ibv_qp_ex, invalidate_rkey: u32) {
+    begin_wqe(
+        qpx,
+        SendWqe {
+            opcode: send_opcode::LOCAL_INV,
+            invalidate_rkey,
+            ..Default::default()
+        },
+    );
+}
+
+unsafe extern "C" fn wr_bind_mw(
+    qpx: *mut ibv_qp_ex,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    bind_info: *const ibv_mw_bind_info,
+) {
+    let mut wqe = SendWqe::default();
+    let bind = ibv_send_wr__bindgen_ty_4__bindgen_ty_1 {
+        mw,
+        rkey,
+        // SAFETY: a valid bind info (the ibverbs contract).
+        bind_info: unsafe { *bind_info },
+    };
+    // SAFETY: the window and MR are live (the ibverbs contract).
+    unsafe { bind_of(&bind) }.encode(&mut wqe);
+    begin_wqe(qpx, wqe);
 }
 
 unsafe extern "C" fn wr_rdma_write(qpx: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
@@ -488,7 +573,10 @@ pub fn supported_send_ops(flags: u64) -> bool {
         | IBV_QP_EX_WITH_SEND_WITH_IMM
         | IBV_QP_EX_WITH_RDMA_WRITE
         | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
-        | IBV_QP_EX_WITH_RDMA_READ;
+        | IBV_QP_EX_WITH_RDMA_READ
+        | IBV_QP_EX_WITH_SEND_WITH_INV
+        | IBV_QP_EX_WITH_LOCAL_INV
+        | IBV_QP_EX_WITH_BIND_MW;
     flags & !u64::from(ours) == 0
 }
 
@@ -503,6 +591,9 @@ pub fn init_qp_ex(vqp: &mut verbs_qp) {
     x.wr_rdma_write = Some(wr_rdma_write);
     x.wr_rdma_write_imm = Some(wr_rdma_write_imm);
     x.wr_rdma_read = Some(wr_rdma_read);
+    x.wr_send_inv = Some(wr_send_inv);
+    x.wr_local_inv = Some(wr_local_inv);
+    x.wr_bind_mw = Some(wr_bind_mw);
     x.wr_set_sge = Some(wr_set_sge);
     x.wr_set_ud_addr = Some(wr_set_ud_addr);
     x.wr_set_sge_list = Some(wr_set_sge_list);

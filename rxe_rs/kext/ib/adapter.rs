@@ -48,6 +48,9 @@ impl<T: Driver> Adapter<T> {
             alloc_mr: Some(Self::alloc_mr),
             map_mr_sg: Some(Self::map_mr_sg),
             dereg_mr: Some(Self::dereg_mr),
+            alloc_mw: Some(Self::alloc_mw),
+            dealloc_mw: Some(Self::dealloc_mw),
+            size_ib_mw: core::mem::size_of::<Mw<T>>(),
             attach_mcast: Some(Self::attach_mcast),
             detach_mcast: Some(Self::detach_mcast),
             create_ah: Some(Self::create_ah),
@@ -779,6 +782,46 @@ impl<T: Driver> Adapter<T> {
         }
         // SAFETY: made by `KBox::into_raw` in `new_mr`; the core forgets it after this.
         drop(unsafe { KBox::from_raw(mr.cast::<Mr<T>>()) });
+        0
+    }
+
+    /// `ib_device_ops.alloc_mw`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.alloc_mw` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with a fresh window
+    /// allocation of `size_ib_mw` whose `device`, `pd` and `type` it set.
+    unsafe extern "C" fn alloc_mw(
+        mw: *mut bindings::ib_mw,
+        _udata: *mut bindings::ib_udata,
+    ) -> kernel::ffi::c_int {
+        from_result(|| {
+            // SAFETY: as the caller promises: a live PD of ours, fields the core set.
+            unsafe {
+                let kind = MwType::from_raw((*mw).type_).ok_or(EINVAL)?;
+                let dev = Self::dev((*mw).device);
+                let (data, rkey) = T::alloc_mw(dev, Pd::<T>::from_raw((*mw).pd), kind)?;
+                // A plain value is its own initialiser.
+                CoreObject::init(mw, data)?;
+                (*mw).rkey = rkey;
+            }
+            Ok(0)
+        })
+    }
+
+    /// `ib_device_ops.dealloc_mw`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.dealloc_mw` says: for a window of ours that
+    /// `alloc_mw` initialised; nothing uses it afterwards.
+    unsafe extern "C" fn dealloc_mw(mw: *mut bindings::ib_mw) -> kernel::ffi::c_int {
+        // SAFETY: as the caller promises.
+        unsafe {
+            T::dealloc_mw(Self::dev((*mw).device), Mw::<T>::from_raw(mw));
+            Mw::<T>::drop_in_place(mw);
+        }
         0
     }
 

@@ -21,8 +21,8 @@ pub(crate) use device::*;
 pub(crate) use objects::*;
 pub(crate) use qp_attr::*;
 pub(crate) use types::{
-    Access, AtomicCap, CorePortCaps, DeviceCaps, KernelCaps, PortCaps, PortPhysState, PortState,
-    QpAttrMask, QpEvent, QpState, QpType, MGMT_MAD_SIZE,
+    Access, AtomicCap, CorePortCaps, DeviceCaps, KernelCaps, MwType, PortCaps, PortPhysState,
+    PortState, QpAttrMask, QpEvent, QpState, QpType, MGMT_MAD_SIZE,
 };
 pub(crate) use wr::{
     KernelCqe, KernelDest, KernelRecvWr, KernelSendWr, KernelWcArray, NetworkType,
@@ -62,6 +62,8 @@ pub(crate) type Ah<T> = CoreObject<bindings::ib_ah, <T as Driver>::Ah>;
 /// Address handle attributes (a path): plain data, except the GRH's `sgid_attr` (see
 /// [`read_roce_av`]).
 pub(crate) type AhAttr = bindings::rdma_ah_attr;
+/// A memory window of driver `T`.
+pub(crate) type Mw<T> = CoreObject<bindings::ib_mw, <T as Driver>::Mw>;
 /// A queue pair of driver `T`.
 pub(crate) type Qp<T> = CoreObject<bindings::ib_qp, <T as Driver>::Qp>;
 /// QP creation attributes (the driver writes the real capacities back into `cap`).
@@ -185,6 +187,14 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     fn map_mr_end(mr: &Mr<Self>, iova: u64);
     /// Deregisters an MR (dropped right after).
     fn dereg_mr(dev: &Device<Self>, mr: &Mr<Self>) -> Result;
+
+    /// What a memory window holds.
+    type Mw: Send + Sync;
+    /// Allocates a memory window of `kind` in `pd` (`ibv_alloc_mw`: the core has no kernel
+    /// API for windows); returns it and its R_Key. Process context.
+    fn alloc_mw(dev: &Device<Self>, pd: &Pd<Self>, kind: MwType) -> Result<(Self::Mw, u32)>;
+    /// Deallocates a memory window (dropped right after). Process context.
+    fn dealloc_mw(dev: &Device<Self>, mw: &Mw<Self>);
 
     /// What an address handle holds.
     type Ah: Send + Sync;

@@ -170,6 +170,10 @@ flag_set! {
         SYS_IMAGE_GUID = bindings::ib_device_cap_flags_IB_DEVICE_SYS_IMAGE_GUID,
         /// Fast registration (`IB_WR_REG_MR`), local and remote invalidation.
         MEM_MGT_EXTENSIONS = bindings::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS,
+        /// Memory windows (type 1).
+        MEM_WINDOW = bindings::ib_device_cap_flags_IB_DEVICE_MEM_WINDOW,
+        /// Type 2B memory windows (bound to a QP).
+        MEM_WINDOW_TYPE_2B = bindings::ib_device_cap_flags_IB_DEVICE_MEM_WINDOW_TYPE_2B,
     }
 }
 
@@ -318,7 +322,31 @@ flag_set! {
     }
 }
 
+/// The kind of a memory window (`enum ib_mw_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MwType {
+    /// Type 1: bound by `ibv_bind_mw`, unbound by a zero-length bind, any QP of its PD uses it.
+    One,
+    /// Type 2B: bound by a BIND_MW work request to the QP that posted it, invalidated by
+    /// LOCAL_INV or a peer's SEND WITH INVALIDATE.
+    Two,
+}
+
+impl MwType {
+    /// The type the core passed, if it is one.
+    pub(crate) fn from_raw(raw: bindings::ib_mw_type) -> Option<Self> {
+        match raw {
+            bindings::ib_mw_type_IB_MW_TYPE_1 => Some(Self::One),
+            bindings::ib_mw_type_IB_MW_TYPE_2 => Some(Self::Two),
+            _ => None,
+        }
+    }
+}
+
 impl Access {
+    /// A memory window is addressed from 0 (`IB_ZERO_BASED`; only in a bind's flags).
+    pub(crate) const ZERO_BASED: Self = Self(bindings::ib_access_flags_IB_ZERO_BASED);
+
     /// No right at all (what a local read needs).
     pub(crate) const NONE: Self = Self(0);
 

@@ -1,0 +1,306 @@
+// SPDX-License-Identifier: GPL-2.0
+//! Memory windows (IBA 10.6.7): an R_Key onto part of an MR, bound and invalidated by work
+//! requests while the datapath may be using it. A type 1 window is bound by `ibv_bind_mw` and
+//! unbound by a zero-length bind; a type 2B window is bound by a BIND_MW work request to the QP
+//! that posted it, and freed by LOCAL_INV or by the peer's SEND WITH INVALIDATE on that QP.
+//! Every access checks the window and copies through its MR under one hold of its lock, so an
+//! invalidation never races a copy.
+
+use crate::{
+    kext::{
+        ib::{Access, MwType},
+        lock::{new_spinlock_irq, SpinLockIrq},
+    },
+    uapi::BindMw,
+    verbs::mr::{self, AccessError, Buf, KeyedMr, MrInner, PdId},
+};
+use kernel::{prelude::*, sync::Arc};
+
+/// Flags a bind may carry. A window's rights are the remote ones; local write means nothing
+/// for it and is accepted (rdma-core's own tests pass it), as rdma_rxe does.
+const BIND_FLAGS: Access = Access::REMOTE_READ
+    .union(Access::REMOTE_WRITE)
+    .union(Access::REMOTE_ATOMIC)
+    .union(Access::ZERO_BASED)
+    .union(Access::LOCAL_WRITE);
+
+/// What a bound window opens onto.
+struct Binding {
+    /// Holds the MR: its window count keeps it from being deregistered meanwhile.
+    mr: Arc<MrInner>,
+    /// The MR's key when bound.
+    mr_key: u32,
+    /// First byte of the window, in the MR's iova space.
+    addr: u64,
+    /// Bytes (not 0).
+    len: u64,
+    /// Addressed from 0 by the peer rather than from `addr`.
+    zero_based: bool,
+    /// Remote rights.
+    rights: Access,
+    /// Type 2B: the QP it is bound to, the only one through which it works.
+    qpn: Option<u32>,
+}
+
+impl Drop for Binding {
+    fn drop(&mut self) {
+        // The MR stays in the key table until this count is 0, and a deregistration that
+        // then succeeds waits out every BH-disabled section (where the datapath unbinds) with
+        // `synchronize_rcu` before it drops its reference: ours is never the last one in
+        // atomic context, so the MR's pages are never unpinned there.
+        self.mr.release_window();
+    }
+}
+
+/// Where a window stands.
+struct WindowState {
+    /// Its key works: type 1 from allocation on, type 2 from a bind to its invalidation.
+    valid: bool,
+    /// Low byte of the key (the index part never changes).
+    key_byte: u8,
+    /// None for a type 1 window never bound or bound with length 0 (every access fails).
+    binding: Option<Binding>,
+}
+
+/// A memory window.
+#[pin_data]
+pub(crate) struct MwInner {
+    /// Its PD: binds come from QPs of this PD, accesses through QPs of it.
+    pub(crate) pd: PdId,
+    pub(crate) kind: MwType,
+    #[pin]
+    state: SpinLockIrq<WindowState>,
+}
+
+impl MwInner {
+    /// A window of `kind` in PD `pd` whose key ends in `key_byte`, not bound.
+    pub(crate) fn new(pd: PdId, kind: MwType, key_byte: u8) -> impl PinInit<Self> {
+        let state = WindowState {
+            valid: kind == MwType::One,
+            key_byte,
+            binding: None,
+        };
+        pin_init!(Self {
+            pd,
+            kind,
+            state <- new_spinlock_irq!(state, "rxe_rs_mw"),
+        })
+    }
+
+    /// Whether `key` names this window now (its table index was matched by the lookup).
+    pub(crate) fn key_matches(&self, key: u32) -> bool {
+        let s = self.state.lock();
+        s.valid && s.key_byte == key as u8
+    }
+
+    /// BIND_MW posted on QP `qpn` of PD `pd`. `mr` is the MR the bind's L_Key names, which the
+    /// caller looks up when the bind has a length. The window then opens onto `[bind.addr,
+    /// bind.addr + bind.length)` of the MR under the bind's new key, or (type 1, length 0)
+    /// onto nothing. EINVAL for anything the bind rules refuse (IBA 10.6.7.2, C10-72..75).
+    pub(crate) fn bind(&self, pd: PdId, qpn: u32, bind: &BindMw, mr: Option<KeyedMr>) -> Result {
+        let flags = Access::from_raw(bind.access as i32);
+        let zero_based = flags.contains(Access::ZERO_BASED);
+        if pd != self.pd || !flags.within(BIND_FLAGS) {
+            return Err(EINVAL);
+        }
+        // Type 1 windows are not zero based (o10-36.2.2); type 2 ones open onto something
+        // (o10-37.2.40).
+        match self.kind {
+            MwType::One if zero_based => return Err(EINVAL),
+            MwType::Two if bind.length == 0 => return Err(EINVAL),
+            _ => {}
+        }
+        let binding = match mr {
+            None if bind.length == 0 => None,
+            None => return Err(EINVAL),
+            Some(KeyedMr { mr, key }) => {
+                let region = mr.fixed().ok_or(EINVAL)?;
+                let rights = Access::from_raw(
+                    flags.raw_int()
+                        & (Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC)
+                            .raw_int(),
+                );
+                // C10-74: the peer may write only where the MR lets us write.
+                let writes =
+                    rights.contains(Access::REMOTE_WRITE) || rights.contains(Access::REMOTE_ATOMIC);
+                if mr.pd != pd
+                    || bind.length == 0
+                    || !region.access.contains(Access::MW_BIND)
+                    || (writes && !region.access.contains(Access::LOCAL_WRITE))
+                {
+                    return Err(EINVAL);
+                }
+                // C10-75: within the MR, zero based or not.
+                mr::offset_in(region.iova, region.len, bind.addr, bind.length)
+                    .map_err(|_| EINVAL)?;
+                if !mr.hold_window() {
+                    return Err(EINVAL); // being deregistered
+                }
+                Some(Binding {
+                    mr,
+                    mr_key: key,
+                    addr: bind.addr,
+                    len: bind.length,
+                    zero_based,
+                    rights,
+                    qpn: (self.kind == MwType::Two).then_some(qpn),
+                })
+            }
+        };
+        let old = {
+            let mut s = self.state.lock();
+            // A type 1 window rebinds while valid; a type 2 one binds only when free
+            // (o10-37.2.30).
+            let ready = match self.kind {
+                MwType::One => s.valid,
+                MwType::Two => !s.valid,
+            };
+            if !ready {
+                drop(s);
+                drop(binding);
+                return Err(EINVAL);
+            }
+            s.valid = true;
+            s.key_byte = bind.new_rkey as u8;
+            core::mem::replace(&mut s.binding, binding)
+        };
+        // Released outside the lock.
+        drop(old);
+        Ok(())
+    }
+
+    /// LOCAL_INV of `key` posted on QP `qpn` of PD `pd`, or (`from_peer`) a peer's SEND WITH
+    /// INVALIDATE arriving on it: only a bound type 2 window of that PD, by its current key,
+    /// and from the peer only through the QP it is bound to (type 1 windows are unbound by a
+    /// zero-length bind, o10-37.2.26).
+    pub(crate) fn invalidate(&self, key: u32, pd: PdId, qpn: u32, from_peer: bool) -> Result {
+        if self.kind != MwType::Two || pd != self.pd {
+            return Err(EINVAL);
+        }
+        let old = {
+            let mut s = self.state.lock();
+            let bound_here = s.binding.as_ref().and_then(|b| b.qpn) == Some(qpn);
+            if !s.valid || s.key_byte != key as u8 || (from_peer && !bound_here) {
+                return Err(EINVAL);
+            }
+            s.valid = false;
+            s.binding.take()
+        };
+        drop(old);
+        Ok(())
+    }
+
+    /// Deallocation: no key works any more, and its MR is released.
+    pub(crate) fn retire(&self) {
+        let old = {
+            let mut s = self.state.lock();
+            s.valid = false;
+            s.binding.take()
+        };
+        drop(old);
+    }
+
+    /// Checks an access by `key` of `len` bytes at `addr` (a window address) needing `rights`
+    /// through `via`, then copies through the MR if it is for bytes.
+    fn access(
+        &self,
+        key: u32,
+        via: Via,
+        addr: u64,
+        len: u64,
+        rights: Access,
+        buf: Option<Buf<'_>>,
+    ) -> Result<(), AccessError> {
+        let Via { pd, qpn } = via;
+        let s = self.state.lock();
+        let b = s.binding.as_ref().ok_or(AccessError::Denied)?;
+        if !s.valid
+            || s.key_byte != key as u8
+            || pd != self.pd
+            || !b.rights.contains(rights)
+            || b.qpn.is_some_and(|bound| bound != qpn)
+        {
+            return Err(AccessError::Denied);
+        }
+        let start = if b.zero_based { 0 } else { b.addr };
+        let offset = mr::offset_in(start, b.len, addr, len)?;
+        let at = b.addr.checked_add(offset).ok_or(AccessError::OutOfBounds)?;
+        // The MR's own rights were checked against the window's at bind time.
+        b.mr.access(b.mr_key, pd, at, len, Access::NONE, buf)
+    }
+}
+
+/// The QP a remote access arrives on, and its PD.
+#[derive(Clone, Copy)]
+struct Via {
+    pd: PdId,
+    qpn: u32,
+}
+
+/// A memory window as the verbs layer holds it: the window itself lives in the device's key
+/// table (and in accesses in flight) until deallocation removes it.
+pub(crate) struct RxeMw {
+    pub(crate) index: u32,
+}
+
+/// What an R_Key names, as a lookup found it: an MR, or a window onto one. Each access checks
+/// that the key still names it.
+pub(crate) enum RemoteKey {
+    Mr(KeyedMr),
+    Mw { mw: Arc<MwInner>, key: u32 },
+}
+
+impl RemoteKey {
+    fn access(
+        &self,
+        pd: PdId,
+        qpn: u32,
+        addr: u64,
+        len: u64,
+        rights: Access,
+        buf: Option<Buf<'_>>,
+    ) -> Result<(), AccessError> {
+        match self {
+            RemoteKey::Mr(m) => m.mr.access(m.key, pd, addr, len, rights, buf),
+            RemoteKey::Mw { mw, key } => mw.access(*key, Via { pd, qpn }, addr, len, rights, buf),
+        }
+    }
+
+    /// Copies `out.len()` bytes at `addr` out, for the peer of QP `qpn` in PD `pd`.
+    pub(crate) fn read(
+        &self,
+        pd: PdId,
+        qpn: u32,
+        addr: u64,
+        out: &mut [u8],
+        rights: Access,
+    ) -> Result<(), AccessError> {
+        let len = out.len() as u64;
+        self.access(pd, qpn, addr, len, rights, Some(Buf::Out(out)))
+    }
+
+    /// Copies `data` in at `addr`, for the peer of QP `qpn` in PD `pd`.
+    pub(crate) fn write(
+        &self,
+        pd: PdId,
+        qpn: u32,
+        addr: u64,
+        data: &[u8],
+        rights: Access,
+    ) -> Result<(), AccessError> {
+        let len = data.len() as u64;
+        self.access(pd, qpn, addr, len, rights, Some(Buf::In(data)))
+    }
+
+    /// Checks an access of `len` bytes at `addr` needing `rights`.
+    pub(crate) fn check(
+        &self,
+        pd: PdId,
+        qpn: u32,
+        addr: u64,
+        len: u64,
+        rights: Access,
+    ) -> Result<(), AccessError> {
+        self.access(pd, qpn, addr, len, rights, None)
+    }
+}

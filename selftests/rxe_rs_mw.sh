@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+# Memory windows on one device over loopback: our checks (guest/mw.py) bind type 1 windows with
+# ibv_bind_mw and type 2 ones with BIND_MW work requests (and ibv_wr_bind_mw), move data through
+# them byte for byte, and refuse what the rules refuse: accesses outside a window or after an
+# unbind, invalidation or deallocation (REM_ACCESS_ERR, memory untouched), a type 2 window used
+# through another QP, binds beyond the MR, without MW_BIND, from another PD or zero-based type 1
+# (MW_BIND_ERR), deregistering an MR a window is bound to (EBUSY). Then rdma-core's own
+# memory-window tests (tests/test_mr.py MWTest from python3-pyverbs), where a skip is a failure.
+source "$(dirname "$0")/guest/lib.sh"
+DEV=rxers0
+
+checks=(type1_bind_write_read type1_mr_rkey_refused type1_write_past_window type1_write_before_window
+	type1_read_only_window type1_unbind type1_rebind_moves_window type1_dealloc_closes
+	dereg_mr_with_bound_window_busy type2_bind_write_local_inv type2_remote_invalidate type2_zero_based
+	type2_other_qp_refused type2_wr_api type2_rebind_while_bound local_inv_of_type1_refused
+	bind_beyond_mr_refused bind_mr_without_mw_bind_refused bind_window_of_other_pd_refused
+	bind_write_without_local_write_refused bind_type1_zero_based_refused alloc_wrong_type)
+upstream=(test_mw_type1 test_invalidate_mw_type1 test_mw_type2 test_mw_type2_invalidate_local
+	test_mw_type2_invalidate_remote test_mw_type2_invalidate_dealloc test_reg_mw_wrong_type)
+ktap_print_header
+ktap_set_plan $((${#checks[@]} + ${#upstream[@]} + 2))
+reset_or_bail
+make_veth veth0 veth1 10.11.0.1/24
+rdma link add "$DEV" type rxe_rs netdev veth0
+wait_for 30 gid_present "$DEV" "0000:0000:0000:0000:0000:ffff:0a0b:0001"
+
+check "ibv_devinfo -v reports max_mw 65535" bash -c "ibv_devinfo -v -d $DEV | grep -Eq 'max_mw:[[:space:]]+65535'"
+run_py_checks mw.py "${checks[@]}"
+
+# rdma-core's suite, as Debian ships it (compressed), in a scratch copy.
+suite=$(mktemp -d)
+cp -r /usr/share/doc/rdma-core/tests "$suite/"
+gunzip -f "$suite"/tests/*.gz
+gid=$(gid_index "$DEV" "0000:0000:0000:0000:0000:ffff:0a0b:0001")
+# unittest -v: "test_x (tests.test_mr.MWTest.test_x) ... ok", or the test's docstring on the
+# next line with the " ... verdict" at its end.
+declare -A verdict
+current=
+while IFS= read -r line; do
+	echo "# $line"
+	[[ $line =~ ^(test_[a-z0-9_]+)\ \( ]] && current=${BASH_REMATCH[1]}
+	if [[ -n $current && $line =~ \ \.\.\.\ (.*)$ ]]; then
+		verdict[$current]=${BASH_REMATCH[1]}
+		current=
+	fi
+done < <(cd "$suite/tests" && timeout 600 /usr/bin/python3 run_tests.py --dev "$DEV" --gid "$gid" -v test_mr.MWTest 2>&1)
+for t in "${upstream[@]}"; do
+	case ${verdict[$t]:-none} in
+	ok) ktap_test_pass "rdma-core test_mr.MWTest.$t" ;;
+	*) echo "# $t: ${verdict[$t]:-no result}"; ktap_test_fail "rdma-core test_mr.MWTest.$t" ;;
+	esac
+done
+rm -rf "$suite"
+rdma statistic show link "$DEV/1" | sed 's/^/# /'
+check "the refused accesses were NAKed and counted" test "$(hw_counter "$DEV" rcvd_invalid_request)" -ge 1
+
+rdma link delete "$DEV"
+reset_or_bail
+ktap_finished
