@@ -6,9 +6,9 @@ use crate::{
     kext::{
         ib::{
             self, Access, Ah, AhAttr, AtomicCap, CorePortCaps, Cq, CqInitAttr, Device, DeviceAttr,
-            DeviceCaps, KernelCaps, KernelDest, KernelRecvWr, KernelSendWr, KernelWcArray, Mr, Mw,
-            MwType, Pd, PortAttr, PortCaps, PortImmutable, PortPhysState, PortState, Qp, QpAttr,
-            QpAttrMask, QpInitAttr, QpLinks, QpType, StatDesc,
+            DeviceCaps, KernelCaps, KernelDest, KernelRecvWr, KernelSendWr, KernelWcArray, Mr,
+            MrChange, Mw, MwType, Pd, PortAttr, PortCaps, PortImmutable, PortPhysState, PortState,
+            Qp, QpAttr, QpAttrMask, QpInitAttr, QpLinks, QpType, StatDesc,
         },
         lock::{new_spinlock_bh, new_spinlock_irq, SpinLockBh},
         netdev::NetDevice,
@@ -492,6 +492,50 @@ impl ib::Driver for RxeDevice {
         if let Ok(mut region) = mr.fast_region() {
             region.end_map(iova);
         }
+    }
+
+    fn rereg_user_mr(dev: &Device<Self>, mr: &Mr<Self>, change: &MrChange<'_, Self>) -> Result {
+        let index = mr.lkey() >> 8;
+        let old = dev.res.mrs.get(index).ok_or(EINVAL)?;
+        let region = old.fixed().ok_or(EINVAL)?;
+        let Backing::User(memory) = &region.backing else {
+            return Err(EINVAL);
+        };
+        let access = change.access.unwrap_or(region.access);
+        mr::check_access(access)?;
+        let (start, len, iova) =
+            change
+                .translation
+                .unwrap_or((memory.user_address(), region.len, region.iova));
+        mr::check_range(iova, len, limits::MAX_MR_SIZE)?;
+        let pd = change.pd.map_or(old.pd, |pd| pd.id);
+        // Not with windows bound (IBA 10.6.7.2.6: EBUSY), and none binds meanwhile.
+        old.begin_dereg()?;
+        // Pinned again, with the rights the new access needs; the old pages stay pinned
+        // until the old state is dropped.
+        let new = dev.pin_user_memory(start, len, access).and_then(|memory| {
+            let kind = MrKind::Fixed(FixedRegion {
+                key_byte: region.key_byte,
+                iova,
+                len,
+                access,
+                backing: Backing::User(memory),
+            });
+            Ok(Arc::new(MrInner::new(pd, kind), GFP_KERNEL_ACCOUNT)?)
+        });
+        let new = match new {
+            Ok(new) => new,
+            Err(e) => {
+                old.abort_dereg();
+                return Err(e);
+            }
+        };
+        let replaced = dev.res.mrs.replace(index, new);
+        drop(old);
+        // As in `dereg_mr`: the datapath's references end with its BH-disabled sections.
+        crate::kext::rcu::synchronize();
+        drop(replaced);
+        Ok(())
     }
 
     fn dereg_mr(dev: &Device<Self>, mr: &Mr<Self>) -> Result {

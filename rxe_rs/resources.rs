@@ -23,10 +23,10 @@ pub(crate) struct Resources {
     /// Memory regions by key index (limit: [`limits::MAX_MR`]).
     #[pin]
     pub(crate) mrs: IndexTable<MrInner>,
-    /// Address handles by number (limit: [`limits::MAX_AH`]).
     /// Memory windows by key index, after the MRs' (limit: [`limits::MAX_MW`]).
     #[pin]
     pub(crate) mws: IndexTable<MwInner>,
+    /// Address handles by number (limit: [`limits::MAX_AH`]).
     #[pin]
     pub(crate) ahs: IndexTable<AhInner>,
     /// Port counters.
@@ -83,15 +83,15 @@ impl Resources {
         Some(RemoteKey::Mw { mw, key })
     }
 
-    /// LOCAL_INV of `key` posted on QP `qpn` of PD `pd`, or (`from_peer`) a peer's SEND WITH
-    /// INVALIDATE arriving on it: a fast-registration MR or a type 2 window.
-    pub(crate) fn invalidate(&self, key: u32, pd: PdId, qpn: u32, from_peer: bool) -> Result {
+    /// LOCAL_INV of `key` posted on the QP with serial `qp` in PD `pd`, or (`from_peer`) a
+    /// peer's SEND WITH INVALIDATE arriving on it: a fast-registration MR or a type 2 window.
+    pub(crate) fn invalidate(&self, key: u32, pd: PdId, qp: u64, from_peer: bool) -> Result {
         if key >> 8 <= limits::MAX_MR {
             return self.mrs.get(key >> 8).ok_or(EINVAL)?.invalidate(key, pd);
         }
         self.mws
             .get(key >> 8)
             .ok_or(EINVAL)?
-            .invalidate(key, pd, qpn, from_peer)
+            .invalidate(key, pd, qp, from_peer)
     }
 }

@@ -197,6 +197,15 @@ impl<T> IndexTable<T> {
         }
     }
 
+    /// Puts `object` at `index` in place of the object there, and returns that one.
+    pub(crate) fn replace(&self, index: u32, object: Arc<T>) -> Option<Arc<T>> {
+        let slot = index.checked_sub(self.first)?;
+        match self.inner.lock().slot_mut(slot)? {
+            Slot::Used(old) => Some(core::mem::replace(old, object)),
+            _ => None,
+        }
+    }
+
     /// Removes and returns the object at `index`.
     pub(crate) fn remove(&self, index: u32) -> Option<Arc<T>> {
         let slot = index.checked_sub(self.first)?;

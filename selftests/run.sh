@@ -120,7 +120,7 @@ if ((${#single_vm_tests[@]})); then
 	# together.
 	declare -A cost=([rxe_rs_hostile_peer]=660 [rxe_rs_lifecycle]=410 [rxe_rs_recv]=340 [rxe_rs_cm]=290
 		[rxe_rs_faults]=255 [rxe_rs_objects]=245 [rxe_rs_exhaust]=220 [rxe_rs_link]=185 [rxe_rs_hostile]=145
-		[rxe_rs_data]=140 [rxe_rs_ud]=100 [rxe_rs_mw]=60)
+		[rxe_rs_data]=140 [rxe_rs_ud]=100 [rxe_rs_mr]=80)
 	# The long profile's knobs (make soak) change what the scripts cost.
 	cost[rxe_rs_hostile_peer]=$((290 + ${RXE_RS_HOSTILE_PACKETS:-100000} / 270))
 	[[ -n ${RXE_RS_EXHAUST_FULL:-} ]] && cost[rxe_rs_exhaust]=2400

@@ -24,6 +24,7 @@ static CONTEXT_OPS: verbs_context_ops = verbs_context_ops {
     resize_cq: Some(crate::cq::resize_cq),
     reg_mr: Some(crate::mr::reg_mr),
     dereg_mr: Some(crate::mr::dereg_mr),
+    rereg_mr: Some(crate::mr::rereg_mr),
     alloc_mw: Some(crate::mw::alloc_mw),
     dealloc_mw: Some(crate::mw::dealloc_mw),
     bind_mw: Some(crate::mw::bind_mw),

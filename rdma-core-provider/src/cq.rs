@@ -219,3 +219,56 @@ const _: () = {
     assert!(size_of::<verbs_cq>() == 288);
     assert!(offset_of!(Cq, verbs) == 0);
 };
+
+/// Removes the completions of QP `qpn` still waiting in the CQ, keeping the order of the
+/// others: a QP reset forgets its work, and its completions with it, as mlx4 and mlx5 do (a
+/// flush completion from before a reset would otherwise be the first thing the reset QP
+/// seems to complete).
+///
+/// # Safety
+///
+/// `ibcq` is a live CQ of ours, or NULL.
+pub unsafe fn discard_qp_completions(ibcq: *mut ibv_cq, qpn: u32) {
+    if ibcq.is_null() {
+        return;
+    }
+    let cq = to_cq(ibcq);
+    let guard = cq.ring.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(ring) = guard.as_ref() else {
+        return;
+    };
+    let producer = ring.producer();
+    let consumer = ring.consumer();
+    // From the newest to the oldest, the kept CQEs move up over the discarded ones. The
+    // kernel writes only at and after `producer`, and reuses the slots freed at the old end
+    // only once it sees the new consumer index, stored after the moves (release).
+    let mut kept_from = producer;
+    let mut at = producer;
+    while at != consumer {
+        at = at.wrapping_sub(1);
+        // SAFETY: a published CQE between the indices; the field is a plain u32.
+        let owner = unsafe {
+            ring.slot(at)
+                .add(offset_of!(Cqe, qp_num))
+                .cast::<u32>()
+                .read_unaligned()
+        };
+        if owner == qpn {
+            continue;
+        }
+        kept_from = kept_from.wrapping_sub(1);
+        if kept_from != at {
+            // SAFETY: two distinct published slots of one ring, each a whole CQE.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    ring.slot(at).cast_const(),
+                    ring.slot(kept_from),
+                    size_of::<Cqe>(),
+                )
+            };
+        }
+    }
+    if kept_from != consumer {
+        ring.set_consumer(kept_from);
+    }
+}

@@ -60,3 +60,37 @@ pub unsafe extern "C" fn dereg_mr(vmr: *mut verbs_mr) -> c_int {
     }
     ret
 }
+
+/// `ibv_rereg_mr`: the kernel changes the MR in place (its keys stay); libibverbs checked the
+/// flags and updates its own view of the MR.
+///
+/// # Safety
+///
+/// `vmr` comes from [`reg_mr`]; `pd` is ours when the flags change it.
+pub unsafe extern "C" fn rereg_mr(
+    vmr: *mut verbs_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
+) -> c_int {
+    let mut cmd = ibv_rereg_mr::default();
+    let mut resp = ib_uverbs_rereg_mr_resp::default();
+    // SAFETY: an MR of ours and local buffers of the sizes passed.
+    unsafe {
+        ibv_cmd_rereg_mr(
+            vmr,
+            flags as u32,
+            addr,
+            len,
+            addr as u64,
+            access,
+            pd,
+            &mut cmd,
+            size_of_val(&cmd),
+            &mut resp,
+            size_of_val(&resp),
+        )
+    }
+}

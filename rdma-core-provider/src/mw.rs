@@ -72,6 +72,11 @@ pub unsafe extern "C" fn bind_mw(
 ) -> c_int {
     // SAFETY: valid pointers (the caller's contract); plain data.
     let (bind, rkey) = unsafe { (&*mw_bind, (*mw).rkey) };
+    // A type 1 window is never zero based (IBA o10-36.2.2): refused here, not by failing the
+    // QP.
+    if bind.bind_info.mw_access_flags & IBV_ACCESS_ZERO_BASED != 0 {
+        return libc::EINVAL;
+    }
     // SAFETY: a zeroed WR is a valid empty one.
     let mut wr: ibv_send_wr = unsafe { MaybeUninit::zeroed().assume_init() };
     wr.wr_id = bind.wr_id;

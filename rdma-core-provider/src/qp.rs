@@ -157,7 +157,8 @@ pub unsafe extern "C" fn create_qp_ex(
     let a = unsafe { &*attr };
     let known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
     let with_ops = a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0;
-    if a.comp_mask & !known != 0 || (with_ops && !supported_send_ops(a.send_ops_flags)) {
+    let ud = a.qp_type == IBV_QPT_UD;
+    if a.comp_mask & !known != 0 || (with_ops && !supported_send_ops(a.send_ops_flags, ud)) {
         crate::set_errno(libc::EOPNOTSUPP);
         return core::ptr::null_mut();
     }
@@ -209,6 +210,14 @@ pub unsafe extern "C" fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask
         q.sq.iter()
             .chain(q.rq.iter())
             .for_each(|ring| ring.set_producer(0));
+        // SAFETY: a live QP's CQs are live; the QP's number is fixed.
+        unsafe {
+            let (send_cq, recv_cq, qpn) = ((*qp).send_cq, (*qp).recv_cq, (*qp).qp_num);
+            crate::cq::discard_qp_completions(send_cq, qpn);
+            if recv_cq != send_cq {
+                crate::cq::discard_qp_completions(recv_cq, qpn);
+            }
+        }
     }
     ret
 }

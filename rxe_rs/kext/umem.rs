@@ -60,6 +60,12 @@ impl PinnedUserMemory {
         Ok(this)
     }
 
+    /// The user address of its first byte.
+    pub(crate) fn user_address(&self) -> u64 {
+        // SAFETY: a live `ib_umem` (type invariant); `address` never changes after pinning.
+        unsafe { (*self.umem.as_ptr()).address as u64 }
+    }
+
     /// Copies between the pinned bytes at `at` and `buf`, page by page.
     fn copy(&self, at: usize, buf: *mut u8, len: usize, to_pages: bool) -> Result {
         if at.checked_add(len).map_or(true, |end| end > self.len) {

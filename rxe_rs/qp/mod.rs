@@ -39,7 +39,7 @@ use crate::{
     uapi::{recv_wqe_bytes, send_wqe_bytes, CreateQpResp, MmapInfo, RingGeometry},
 };
 use completer::Completer;
-use core::sync::atomic::{fence, AtomicBool, Ordering};
+use core::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use kernel::{
     c_str, new_work,
     prelude::*,
@@ -48,6 +48,9 @@ use kernel::{
 };
 use requester::{Requester, RunEnd};
 use responder::Responder;
+
+/// The next [`QpInner::serial`] (64 bits: never wraps).
+static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
 
 /// Rights a QP may grant. LOCAL_WRITE means nothing for a QP, but applications (perftest) pass
 /// it and rdma_rxe accepts it.
@@ -131,6 +134,9 @@ pub(crate) struct QpInner {
     pub(crate) sport: u16,
     /// Its number.
     pub(crate) qpn: u32,
+    /// Names this QP for the type 2 memory windows bound to it: unlike its number, never
+    /// given to another QP.
+    pub(crate) serial: u64,
     /// Its transport service.
     pub(crate) qp_type: QpType,
     /// The PD it was created in.
@@ -263,6 +269,7 @@ impl QpInner {
             rq_post <- new_spinlock_irq!(0, "rxe_rs_qp_rq_post"),
             sport: qp_source_port(qpn),
             qpn,
+            serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
             qp_type,
             pd: pd_id,
             sq,

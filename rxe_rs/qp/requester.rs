@@ -300,7 +300,7 @@ fn execute_local(qp: &QpInner, wqe: &SendWqe) -> core::result::Result<(), WcStat
         send_opcode::BIND_MW => bind_mw(qp, &BindMw::decode(wqe)).map_err(|_| WcStatus::MwBindErr),
         _ => qp
             .res()
-            .invalidate(wqe.invalidate_rkey, qp.pd, qp.qpn, false)
+            .invalidate(wqe.invalidate_rkey, qp.pd, qp.serial, false)
             .map_err(|_| WcStatus::LocQpOpErr),
     }
 }
@@ -334,7 +334,7 @@ fn bind_mw(qp: &QpInner, bind: &BindMw) -> Result {
         0 => None,
         _ => Some(res.lookup_mr(bind.mr_lkey).ok_or(EINVAL)?),
     };
-    mw.bind(qp.pd, qp.qpn, bind, mr)
+    mw.bind(qp.pd, qp.serial, bind, mr)
 }
 
 /// Copies the payload bytes at message offset `offset` of the work at `index` into `out`.

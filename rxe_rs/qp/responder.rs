@@ -140,7 +140,8 @@ enum Failure {
     /// Bad R_Key, rights or range: NAK "remote access error".
     Access,
     /// The receive WQE could not take the SEND: the WQE completes with this local status, and
-    /// the NAK is "invalid request" (too long) or "remote operational error" (a malformed WQE).
+    /// the NAK is "invalid request" (too long, or an invalidation refused) or "remote
+    /// operational error" (a malformed WQE, or its memory refused).
     Local(WcStatus),
     /// The RQ's indices are corrupt: NAK "remote operational error", and the QP's owner gets
     /// `IB_EVENT_QP_FATAL`.
@@ -516,7 +517,7 @@ fn send_read_response(
             return Ok(());
         }
         let mr = qp.res().lookup_rkey(rkey).ok_or(WcStatus::RemAccessErr)?;
-        mr.read(qp.pd, qp.qpn, r.va, out, Access::REMOTE_READ)
+        mr.read(qp.pd, qp.serial, r.va, out, Access::REMOTE_READ)
             .map_err(|_| WcStatus::RemAccessErr)
     })
 }
@@ -538,7 +539,7 @@ fn check_remote(
         return Ok(());
     }
     let mr = qp.res().lookup_rkey(reth.rkey).ok_or(Failure::Access)?;
-    mr.check(qp.pd, qp.qpn, reth.va, u64::from(reth.dma_len), rights)
+    mr.check(qp.pd, qp.serial, reth.va, u64::from(reth.dma_len), rights)
         .map_err(|_| Failure::Access)
 }
 
@@ -722,7 +723,7 @@ fn execute_send(qp: &QpInner, s: &mut QpLocked, d: &Datagram<'_>, carried: Carri
             // After the data is placed; only a fast-registration MR of our PD or a type 2
             // window bound to this QP, by its key.
             qp.res()
-                .invalidate(rkey, qp.pd, qp.qpn, true)
+                .invalidate(rkey, qp.pd, qp.serial, true)
                 .map_err(|_| Failure::Local(WcStatus::RemInvReqErr))?;
         }
         complete_recv(
@@ -770,7 +771,7 @@ fn execute_write(
     }
     if n > 0 {
         let mr = qp.res().lookup_rkey(w.rkey).ok_or(Failure::Access)?;
-        mr.write(qp.pd, qp.qpn, w.va, d.payload, Access::REMOTE_WRITE)
+        mr.write(qp.pd, qp.serial, w.va, d.payload, Access::REMOTE_WRITE)
             .map_err(|_| Failure::Access)?;
     }
     w.resid -= n;
@@ -834,7 +835,9 @@ fn duplicate(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) {
 fn fail(qp: &QpInner, s: &mut QpLocked, f: Failure, psn: Psn) {
     let code = match f {
         Failure::Access => NakCode::RemoteAccessError,
-        Failure::Local(WcStatus::LocQpOpErr) | Failure::BrokenRing => {
+        // The receive's own fault (a malformed WQE, or memory its L_Keys do not grant, as
+        // after the MR was re-registered): nothing the requester did wrong.
+        Failure::Local(WcStatus::LocQpOpErr | WcStatus::LocProtErr) | Failure::BrokenRing => {
             NakCode::RemoteOperationalError
         }
         Failure::Invalid | Failure::Local(_) => NakCode::InvalidRequest,

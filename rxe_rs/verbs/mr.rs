@@ -305,6 +305,11 @@ impl MrInner {
             .map_err(|_| EBUSY)
     }
 
+    /// Ends what [`Self::begin_dereg`] began, for a deregistration (or change) that failed.
+    pub(crate) fn abort_dereg(&self) {
+        self.windows.store(0, Ordering::Release);
+    }
+
     /// Its rights, range and backing if it is registered once (not fast registration).
     pub(crate) fn fixed(&self) -> Option<&FixedRegion> {
         match &self.kind {

@@ -38,8 +38,9 @@ struct Binding {
     zero_based: bool,
     /// Remote rights.
     rights: Access,
-    /// Type 2B: the QP it is bound to, the only one through which it works.
-    qpn: Option<u32>,
+    /// Type 2B: the QP it is bound to (by serial: QP numbers are reused), the only one
+    /// through which it works.
+    qp: Option<u64>,
 }
 
 impl Drop for Binding {
@@ -60,6 +61,8 @@ struct WindowState {
     key_byte: u8,
     /// None for a type 1 window never bound or bound with length 0 (every access fails).
     binding: Option<Binding>,
+    /// Deallocated: nothing binds it again.
+    retired: bool,
 }
 
 /// A memory window.
@@ -79,6 +82,7 @@ impl MwInner {
             valid: kind == MwType::One,
             key_byte,
             binding: None,
+            retired: false,
         };
         pin_init!(Self {
             pd,
@@ -93,11 +97,12 @@ impl MwInner {
         s.valid && s.key_byte == key as u8
     }
 
-    /// BIND_MW posted on QP `qpn` of PD `pd`. `mr` is the MR the bind's L_Key names, which the
-    /// caller looks up when the bind has a length. The window then opens onto `[bind.addr,
-    /// bind.addr + bind.length)` of the MR under the bind's new key, or (type 1, length 0)
-    /// onto nothing. EINVAL for anything the bind rules refuse (IBA 10.6.7.2, C10-72..75).
-    pub(crate) fn bind(&self, pd: PdId, qpn: u32, bind: &BindMw, mr: Option<KeyedMr>) -> Result {
+    /// BIND_MW posted on the QP with serial `qp` in PD `pd`. `mr` is the MR the bind's L_Key
+    /// names, which the caller looks up when the bind has a length. The window then opens onto
+    /// `[bind.addr, bind.addr + bind.length)` of the MR under the bind's new key, or (type 1,
+    /// length 0) onto nothing. EINVAL for anything the bind rules refuse (IBA 10.6.7.2,
+    /// C10-72..75).
+    pub(crate) fn bind(&self, pd: PdId, qp: u64, bind: &BindMw, mr: Option<KeyedMr>) -> Result {
         let flags = Access::from_raw(bind.access as i32);
         let zero_based = flags.contains(Access::ZERO_BASED);
         if pd != self.pd || !flags.within(BIND_FLAGS) {
@@ -110,7 +115,8 @@ impl MwInner {
             MwType::Two if bind.length == 0 => return Err(EINVAL),
             _ => {}
         }
-        let binding = match mr {
+        // The MR, its key and the window's rights, once the MR allows the bind.
+        let target = match mr {
             None if bind.length == 0 => None,
             None => return Err(EINVAL),
             Some(KeyedMr { mr, key }) => {
@@ -133,53 +139,52 @@ impl MwInner {
                 // C10-75: within the MR, zero based or not.
                 mr::offset_in(region.iova, region.len, bind.addr, bind.length)
                     .map_err(|_| EINVAL)?;
-                if !mr.hold_window() {
-                    return Err(EINVAL); // being deregistered
-                }
-                Some(Binding {
-                    mr,
-                    mr_key: key,
-                    addr: bind.addr,
-                    len: bind.length,
-                    zero_based,
-                    rights,
-                    qpn: (self.kind == MwType::Two).then_some(qpn),
-                })
+                Some((mr, key, rights))
             }
         };
-        let old = {
-            let mut s = self.state.lock();
-            // A type 1 window rebinds while valid; a type 2 one binds only when free
-            // (o10-37.2.30).
-            let ready = match self.kind {
-                MwType::One => s.valid,
+        let mut s = self.state.lock();
+        // A type 1 window rebinds while valid, named by its current key (the provider keeps
+        // it); a type 2 one binds only when free (o10-37.2.30), and the application may not
+        // track its key. The MR is counted only once the bind is sure to happen, so that a
+        // refused bind never makes a deregistration fail.
+        let ready = !s.retired
+            && match self.kind {
+                MwType::One => s.valid && s.key_byte == bind.mw_rkey as u8,
                 MwType::Two => !s.valid,
             };
-            if !ready {
-                drop(s);
-                drop(binding);
-                return Err(EINVAL);
-            }
-            s.valid = true;
-            s.key_byte = bind.new_rkey as u8;
-            core::mem::replace(&mut s.binding, binding)
-        };
-        // Released outside the lock.
-        drop(old);
+        if !ready || target.as_ref().is_some_and(|(mr, ..)| !mr.hold_window()) {
+            drop(s);
+            drop(target); // after the lock, and not counted
+            return Err(EINVAL);
+        }
+        let binding = target.map(|(mr, mr_key, rights)| Binding {
+            mr,
+            mr_key,
+            addr: bind.addr,
+            len: bind.length,
+            zero_based,
+            rights,
+            qp: (self.kind == MwType::Two).then_some(qp),
+        });
+        s.valid = true;
+        s.key_byte = bind.new_rkey as u8;
+        let old = core::mem::replace(&mut s.binding, binding);
+        drop(s);
+        drop(old); // after the lock
         Ok(())
     }
 
-    /// LOCAL_INV of `key` posted on QP `qpn` of PD `pd`, or (`from_peer`) a peer's SEND WITH
-    /// INVALIDATE arriving on it: only a bound type 2 window of that PD, by its current key,
-    /// and from the peer only through the QP it is bound to (type 1 windows are unbound by a
-    /// zero-length bind, o10-37.2.26).
-    pub(crate) fn invalidate(&self, key: u32, pd: PdId, qpn: u32, from_peer: bool) -> Result {
+    /// LOCAL_INV of `key` posted on the QP with serial `qp` in PD `pd`, or (`from_peer`) a
+    /// peer's SEND WITH INVALIDATE arriving on it: only a bound type 2 window of that PD, by
+    /// its current key, and from the peer only through the QP it is bound to (type 1 windows
+    /// are unbound by a zero-length bind, o10-37.2.26).
+    pub(crate) fn invalidate(&self, key: u32, pd: PdId, qp: u64, from_peer: bool) -> Result {
         if self.kind != MwType::Two || pd != self.pd {
             return Err(EINVAL);
         }
         let old = {
             let mut s = self.state.lock();
-            let bound_here = s.binding.as_ref().and_then(|b| b.qpn) == Some(qpn);
+            let bound_here = s.binding.as_ref().and_then(|b| b.qp) == Some(qp);
             if !s.valid || s.key_byte != key as u8 || (from_peer && !bound_here) {
                 return Err(EINVAL);
             }
@@ -195,6 +200,7 @@ impl MwInner {
         let old = {
             let mut s = self.state.lock();
             s.valid = false;
+            s.retired = true;
             s.binding.take()
         };
         drop(old);
@@ -211,14 +217,14 @@ impl MwInner {
         rights: Access,
         buf: Option<Buf<'_>>,
     ) -> Result<(), AccessError> {
-        let Via { pd, qpn } = via;
+        let Via { pd, qp } = via;
         let s = self.state.lock();
         let b = s.binding.as_ref().ok_or(AccessError::Denied)?;
         if !s.valid
             || s.key_byte != key as u8
             || pd != self.pd
             || !b.rights.contains(rights)
-            || b.qpn.is_some_and(|bound| bound != qpn)
+            || b.qp.is_some_and(|bound| bound != qp)
         {
             return Err(AccessError::Denied);
         }
@@ -230,11 +236,11 @@ impl MwInner {
     }
 }
 
-/// The QP a remote access arrives on, and its PD.
+/// The QP a remote access arrives on (its serial), and its PD.
 #[derive(Clone, Copy)]
 struct Via {
     pd: PdId,
-    qpn: u32,
+    qp: u64,
 }
 
 /// A memory window as the verbs layer holds it: the window itself lives in the device's key
@@ -254,7 +260,7 @@ impl RemoteKey {
     fn access(
         &self,
         pd: PdId,
-        qpn: u32,
+        qp: u64,
         addr: u64,
         len: u64,
         rights: Access,
@@ -262,45 +268,46 @@ impl RemoteKey {
     ) -> Result<(), AccessError> {
         match self {
             RemoteKey::Mr(m) => m.mr.access(m.key, pd, addr, len, rights, buf),
-            RemoteKey::Mw { mw, key } => mw.access(*key, Via { pd, qpn }, addr, len, rights, buf),
+            RemoteKey::Mw { mw, key } => mw.access(*key, Via { pd, qp }, addr, len, rights, buf),
         }
     }
 
-    /// Copies `out.len()` bytes at `addr` out, for the peer of QP `qpn` in PD `pd`.
+    /// Copies `out.len()` bytes at `addr` out, for the peer of the QP with serial `qp` in PD
+    /// `pd`.
     pub(crate) fn read(
         &self,
         pd: PdId,
-        qpn: u32,
+        qp: u64,
         addr: u64,
         out: &mut [u8],
         rights: Access,
     ) -> Result<(), AccessError> {
         let len = out.len() as u64;
-        self.access(pd, qpn, addr, len, rights, Some(Buf::Out(out)))
+        self.access(pd, qp, addr, len, rights, Some(Buf::Out(out)))
     }
 
-    /// Copies `data` in at `addr`, for the peer of QP `qpn` in PD `pd`.
+    /// Copies `data` in at `addr`, for the peer of the QP with serial `qp` in PD `pd`.
     pub(crate) fn write(
         &self,
         pd: PdId,
-        qpn: u32,
+        qp: u64,
         addr: u64,
         data: &[u8],
         rights: Access,
     ) -> Result<(), AccessError> {
         let len = data.len() as u64;
-        self.access(pd, qpn, addr, len, rights, Some(Buf::In(data)))
+        self.access(pd, qp, addr, len, rights, Some(Buf::In(data)))
     }
 
     /// Checks an access of `len` bytes at `addr` needing `rights`.
     pub(crate) fn check(
         &self,
         pd: PdId,
-        qpn: u32,
+        qp: u64,
         addr: u64,
         len: u64,
         rights: Access,
     ) -> Result<(), AccessError> {
-        self.access(pd, qpn, addr, len, rights, None)
+        self.access(pd, qp, addr, len, rights, None)
     }
 }

@@ -153,7 +153,9 @@ pub struct verbs_context_ops {
     pub reg_mr:
         Option<unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, u64, c_int) -> *mut ibv_mr>,
     pub req_notify_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int>,
-    pub rereg_mr: UnusedOp,
+    pub rereg_mr: Option<
+        unsafe extern "C" fn(*mut verbs_mr, c_int, *mut ibv_pd, *mut c_void, usize, c_int) -> c_int,
+    >,
     pub resize_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int>,
     pub set_ece: UnusedOp,
     pub unimport_dm: UnusedOp,
@@ -183,6 +185,14 @@ pub struct ibv_alloc_pd {
 pub struct ibv_reg_mr {
     pub hdr: ib_uverbs_cmd_hdr,
     pub core: ib_uverbs_reg_mr,
+}
+
+/// `struct ibv_rereg_mr` (kern-abi.h).
+#[repr(C)]
+#[derive(Default)]
+pub struct ibv_rereg_mr {
+    pub hdr: ib_uverbs_cmd_hdr,
+    pub core: ib_uverbs_rereg_mr,
 }
 
 /// `struct ibv_alloc_mw` (kern-abi.h).
@@ -316,6 +326,19 @@ extern "C" {
         resp_size: usize,
     ) -> c_int;
     pub fn ibv_cmd_dereg_mr(vmr: *mut verbs_mr) -> c_int;
+    pub fn ibv_cmd_rereg_mr(
+        vmr: *mut verbs_mr,
+        flags: u32,
+        addr: *mut c_void,
+        length: usize,
+        hca_va: u64,
+        access: c_int,
+        pd: *mut ibv_pd,
+        cmd: *mut ibv_rereg_mr,
+        cmd_size: usize,
+        resp: *mut ib_uverbs_rereg_mr_resp,
+        resp_size: usize,
+    ) -> c_int;
     pub fn ibv_cmd_alloc_mw(
         pd: *mut ibv_pd,
         mw_type: ibv_mw_type,
@@ -413,6 +436,8 @@ const _: () = {
     assert!(size_of::<ibv_alloc_pd>() == 16);
     assert!(size_of::<ibv_reg_mr>() == 48);
     assert!(size_of::<ibv_alloc_mw>() == 24);
+    assert!(size_of::<ibv_rereg_mr>() == 56);
+    assert!(offset_of!(verbs_context_ops, rereg_mr) == 70 * 8);
     assert!(offset_of!(verbs_context_ops, alloc_mw) == 2 * 8);
     assert!(offset_of!(verbs_context_ops, bind_mw) == 10 * 8);
     assert!(offset_of!(verbs_context_ops, dealloc_mw) == 25 * 8);

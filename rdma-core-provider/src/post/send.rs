@@ -567,16 +567,21 @@ unsafe extern "C" fn wr_set_inline_data_list(
     unsafe { set_data(qpx, &sges, true) };
 }
 
-/// The `ibv_qp_ex` operations we offer for `send_ops_flags`, or `None` if it asks for more.
-pub fn supported_send_ops(flags: u64) -> bool {
-    let ours = IBV_QP_EX_WITH_SEND
-        | IBV_QP_EX_WITH_SEND_WITH_IMM
-        | IBV_QP_EX_WITH_RDMA_WRITE
-        | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
-        | IBV_QP_EX_WITH_RDMA_READ
-        | IBV_QP_EX_WITH_SEND_WITH_INV
-        | IBV_QP_EX_WITH_LOCAL_INV
-        | IBV_QP_EX_WITH_BIND_MW;
+/// Whether we offer every `ibv_qp_ex` operation `flags` asks for (`send_ops_flags`): a UD QP
+/// only sends.
+pub fn supported_send_ops(flags: u64, ud: bool) -> bool {
+    let sends = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+    let ours = if ud {
+        sends
+    } else {
+        sends
+            | IBV_QP_EX_WITH_RDMA_WRITE
+            | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+            | IBV_QP_EX_WITH_RDMA_READ
+            | IBV_QP_EX_WITH_SEND_WITH_INV
+            | IBV_QP_EX_WITH_LOCAL_INV
+            | IBV_QP_EX_WITH_BIND_MW
+    };
     flags & !u64::from(ours) == 0
 }
 

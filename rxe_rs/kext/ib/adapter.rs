@@ -47,6 +47,7 @@ impl<T: Driver> Adapter<T> {
             get_dma_mr: Some(Self::get_dma_mr),
             alloc_mr: Some(Self::alloc_mr),
             map_mr_sg: Some(Self::map_mr_sg),
+            rereg_user_mr: Some(Self::rereg_user_mr),
             dereg_mr: Some(Self::dereg_mr),
             alloc_mw: Some(Self::alloc_mw),
             dealloc_mw: Some(Self::dealloc_mw),
@@ -762,6 +763,46 @@ impl<T: Driver> Adapter<T> {
         match T::map_mr_page(unsafe { Mr::<T>::from_raw(mr) }, addr) {
             Ok(()) => 0,
             Err(e) => e.to_errno(),
+        }
+    }
+
+    /// `ib_device_ops.rereg_user_mr`: always in place (NULL: the same `ib_mr`, same keys).
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.rereg_user_mr` says: for a user MR of ours,
+    /// from the process that owns it, with a live PD of ours (the new one, or the MR's).
+    #[allow(clippy::too_many_arguments)] // the C signature
+    unsafe extern "C" fn rereg_user_mr(
+        mr: *mut bindings::ib_mr,
+        flags: kernel::ffi::c_int,
+        start: u64,
+        len: u64,
+        iova: u64,
+        access: kernel::ffi::c_int,
+        pd: *mut bindings::ib_pd,
+        _udata: *mut bindings::ib_udata,
+    ) -> *mut bindings::ib_mr {
+        let flags = flags as u32;
+        let has = |flag: bindings::ib_mr_rereg_flags| flags & flag != 0;
+        // SAFETY: as the caller promises.
+        let (dev, ours, pd) = unsafe {
+            (
+                Self::dev((*mr).device),
+                Mr::<T>::from_raw(mr),
+                Pd::<T>::from_raw(pd),
+            )
+        };
+        let change = MrChange {
+            pd: has(bindings::ib_mr_rereg_flags_IB_MR_REREG_PD).then_some(pd),
+            access: has(bindings::ib_mr_rereg_flags_IB_MR_REREG_ACCESS)
+                .then(|| Access::from_raw(access)),
+            translation: has(bindings::ib_mr_rereg_flags_IB_MR_REREG_TRANS)
+                .then_some((start, len, iova)),
+        };
+        match T::rereg_user_mr(dev, ours, &change) {
+            Ok(()) => core::ptr::null_mut(),
+            Err(e) => e.to_ptr(),
         }
     }
 

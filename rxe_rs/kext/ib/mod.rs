@@ -62,6 +62,16 @@ pub(crate) type Ah<T> = CoreObject<bindings::ib_ah, <T as Driver>::Ah>;
 /// Address handle attributes (a path): plain data, except the GRH's `sgid_attr` (see
 /// [`read_roce_av`]).
 pub(crate) type AhAttr = bindings::rdma_ah_attr;
+/// What an `ibv_rereg_mr` changes; `None` keeps what the MR has.
+pub(crate) struct MrChange<'a, T: Driver> {
+    /// Another PD.
+    pub(crate) pd: Option<&'a Pd<T>>,
+    /// Other rights.
+    pub(crate) access: Option<Access>,
+    /// Other memory: `(start, len, iova)` of the calling process.
+    pub(crate) translation: Option<(u64, u64, u64)>,
+}
+
 /// A memory window of driver `T`.
 pub(crate) type Mw<T> = CoreObject<bindings::ib_mw, <T as Driver>::Mw>;
 /// A queue pair of driver `T`.
@@ -185,6 +195,9 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     fn map_mr_page(mr: &Mr<Self>, addr: u64) -> Result;
     /// The mapping is complete; its first byte is at `iova`.
     fn map_mr_end(mr: &Mr<Self>, iova: u64);
+    /// Changes a user MR in place (`ibv_rereg_mr`), keeping its keys; the core then updates
+    /// its own view (PD, iova, length).
+    fn rereg_user_mr(dev: &Device<Self>, mr: &Mr<Self>, change: &MrChange<'_, Self>) -> Result;
     /// Deregisters an MR (dropped right after).
     fn dereg_mr(dev: &Device<Self>, mr: &Mr<Self>) -> Result;
 

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
-# Memory windows on one device over loopback: our checks (guest/mw.py) bind type 1 windows with
+# Re-registration and memory windows on one device over loopback. ibv_rereg_mr (guest/rereg.py)
+# keeps the keys while rights, PD or memory change, and the peer's next access follows. Memory
+# windows (guest/mw.py): type 1 windows are bound with
 # ibv_bind_mw and type 2 ones with BIND_MW work requests (and ibv_wr_bind_mw), move data through
 # them byte for byte, and refuse what the rules refuse: accesses outside a window or after an
 # unbind, invalidation or deallocation (REM_ACCESS_ERR, memory untouched), a type 2 window used
 # through another QP, binds beyond the MR, without MW_BIND, from another PD or zero-based type 1
 # (MW_BIND_ERR), deregistering an MR a window is bound to (EBUSY). Then rdma-core's own
-# memory-window tests (tests/test_mr.py MWTest from python3-pyverbs), where a skip is a failure.
+# MR tests (tests/test_mr.py MRTest and MWTest from python3-pyverbs), where a skip is a failure.
 source "$(dirname "$0")/guest/lib.sh"
 DEV=rxers0
 
@@ -15,11 +17,14 @@ checks=(type1_bind_write_read type1_mr_rkey_refused type1_write_past_window type
 	dereg_mr_with_bound_window_busy type2_bind_write_local_inv type2_remote_invalidate type2_zero_based
 	type2_other_qp_refused type2_wr_api type2_rebind_while_bound local_inv_of_type1_refused
 	bind_beyond_mr_refused bind_mr_without_mw_bind_refused bind_window_of_other_pd_refused
-	bind_write_without_local_write_refused bind_type1_zero_based_refused alloc_wrong_type)
-upstream=(test_mw_type1 test_invalidate_mw_type1 test_mw_type2 test_mw_type2_invalidate_local
+	bind_write_without_local_write_refused type1_zero_based_refused alloc_wrong_type)
+rereg=(rereg_access_grants_write rereg_access_revokes_write rereg_translation_moves_memory
+	rereg_pd_away_and_back rereg_with_bound_window_busy)
+upstream=(test_mr_rereg_access test_mr_rereg_access_bad_flow test_mr_rereg_pd test_mr_rereg_addr
+	test_reg_mr_bad_flags test_mw_type1 test_invalidate_mw_type1 test_mw_type2 test_mw_type2_invalidate_local
 	test_mw_type2_invalidate_remote test_mw_type2_invalidate_dealloc test_reg_mw_wrong_type)
 ktap_print_header
-ktap_set_plan $((${#checks[@]} + ${#upstream[@]} + 2))
+ktap_set_plan $((${#checks[@]} + ${#rereg[@]} + ${#upstream[@]} + 2))
 reset_or_bail
 make_veth veth0 veth1 10.11.0.1/24
 rdma link add "$DEV" type rxe_rs netdev veth0
@@ -27,6 +32,7 @@ wait_for 30 gid_present "$DEV" "0000:0000:0000:0000:0000:ffff:0a0b:0001"
 
 check "ibv_devinfo -v reports max_mw 65535" bash -c "ibv_devinfo -v -d $DEV | grep -Eq 'max_mw:[[:space:]]+65535'"
 run_py_checks mw.py "${checks[@]}"
+run_py_checks rereg.py "${rereg[@]}"
 
 # rdma-core's suite, as Debian ships it (compressed), in a scratch copy.
 suite=$(mktemp -d)
@@ -44,11 +50,11 @@ while IFS= read -r line; do
 		verdict[$current]=${BASH_REMATCH[1]}
 		current=
 	fi
-done < <(cd "$suite/tests" && timeout 600 /usr/bin/python3 run_tests.py --dev "$DEV" --gid "$gid" -v test_mr.MWTest 2>&1)
+done < <(cd "$suite/tests" && timeout 600 /usr/bin/python3 run_tests.py --dev "$DEV" --gid "$gid" -v test_mr.MRTest test_mr.MWTest 2>&1)
 for t in "${upstream[@]}"; do
 	case ${verdict[$t]:-none} in
-	ok) ktap_test_pass "rdma-core test_mr.MWTest.$t" ;;
-	*) echo "# $t: ${verdict[$t]:-no result}"; ktap_test_fail "rdma-core test_mr.MWTest.$t" ;;
+	ok) ktap_test_pass "rdma-core test_mr $t" ;;
+	*) echo "# $t: ${verdict[$t]:-no result}"; ktap_test_fail "rdma-core test_mr $t" ;;
 	esac
 done
 rm -rf "$suite"
