@@ -48,6 +48,17 @@ read_new_dmesg() {
 	# protection fault ip:... in librdmacm.so...").
 	NEW_SPLATS=$(grep -E "$SPLATS" <<<"$NEW_LINES" | grep -vE '^(\[[ 0-9.]+\] )?traps: [^ ]+\[[0-9]+\] general protection fault ip:.* in librdmacm')
 }
+# Shows a splat whole: the new log from a few lines before its first splat line, up to 200
+# lines (a lockdep report's dependency chain alone can take 100), else the last 80.
+show_splat() {
+	local first
+	first=$(grep -nE "$SPLATS" <<<"$NEW_LINES" | head -1 | cut -d: -f1)
+	if [[ -n $first ]]; then
+		tail -n +$((first > 5 ? first - 5 : 1)) <<<"$NEW_LINES" | head -200
+	else
+		tail -80 <<<"$NEW_LINES"
+	fi | sed 's/^/# dmesg: /'
+}
 [[ -e $KMEMLEAK ]] || echo "# kmemleak is not available in this kernel: leak checks are skipped"
 for test in "$@"; do
 	name=$(basename "$test" .sh)
@@ -70,7 +81,7 @@ for test in "$@"; do
 	echo "# check: $name dmesg"
 	read_new_dmesg
 	if [[ -n $NEW_SPLATS ]]; then
-		tail -80 <<<"$NEW_LINES" | sed 's/^/# dmesg: /'
+		show_splat
 		echo "not ok dmesg clean after $name"
 	else
 		echo "ok dmesg clean after $name"
@@ -91,7 +102,7 @@ if ((${#ran[@]})); then
 		[[ -z $leaks ]] || echo "$leaks" | head -80 | sed 's/^/# kmemleak: /'
 	fi
 	read_new_dmesg
-	[[ -z $NEW_SPLATS ]] || tail -80 <<<"$NEW_LINES" | sed 's/^/# dmesg: /'
+	[[ -z $NEW_SPLATS ]] || show_splat
 	if [[ -n $leaks || -n $NEW_SPLATS ]]; then
 		echo "not ok no late splat and no kmemleak report after ${ran[*]}"
 	else

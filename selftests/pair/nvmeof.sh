@@ -5,10 +5,17 @@
 # connects with nvme-rdma, and runs fio with crc32c verification (random writes of 4 KiB to
 # 1 MiB at queue depth 16, then mixed reads and writes at depth 1), disconnects, connects again
 # and verifies what it wrote before (fio --verify_only), and disconnects. Where B runs rxe_rs,
-# it then deletes its RDMA link under I/O: fio must end (with I/O errors) and nothing hang.
-# (No step over a damaged link: there the host's error recovery reconnects, and tearing the
-# target down afterwards draws a lockdep report from nvmet itself, nvmet_config_sem against
-# rdma_cm's handler_mutex, which would fail the run for a bug that is not ours.)
+# it then deletes its RDMA link under I/O: fio must end (with I/O errors) and nothing hang. With
+# rxe_rs on both ends, verified I/O also runs over a link that damages RoCE frames (the host's
+# relay, as in lossy_link.sh): it must recover or fail the I/O, never return wrong data or hang;
+# and the target's RDMA device is deleted with its port still enabled before the export goes.
+#
+# Why the target's device goes first there: once a queue's first command has run from rdma_cm's
+# event handler (nvmet_rdma_queue_established, when the command arrived before the RTU, as a
+# damaged link makes likely), nvmet has taken nvmet_config_sem under the cm_id's handler_mutex;
+# unlinking the port from the subsystem takes them the other way round (nvmet_config_sem, then
+# rdma_destroy_id of the listener) and draws lockdep's report on nvmet's own lock order. With the
+# device gone first, rdma_cm destroys the listener itself and the unlink takes no handler_mutex.
 #
 # What it exercises: the host registers each command's buffer with IB_WR_REG_MR (a fresh key
 # byte per I/O) and the target moves the data with RDMA READ/WRITE to that rkey, then answers
@@ -24,7 +31,10 @@ CFS=/sys/kernel/config/nvmet
 # fio's verified jobs: sizes small enough for a debug kernel under TCG (about 1 MB/s there).
 FIO_COMMON=(--direct=1 --ioengine=libaio --verify=crc32c --verify_fatal=1 --verify_state_save=0
 	--randrepeat=1 --group_reporting)
-FIO_WRITE=(--name=write --rw=randwrite --bssplit=4k/40:64k/40:1m/20 --size=16M --iodepth=16)
+FIO_WRITE=(--name=write --rw=randwrite --bssplit=4k/40:64k/40:1m/20 --size=8M --iodepth=16)
+FIO_LOSSY=(--name=lossy --rw=randrw --bssplit=4k/50:64k/50 --offset=64M --size=2M --iodepth=8)
+# The damage for the lossy step (per RoCE frame, both ways), as lossy_link.sh's.
+LOSSY_IMPAIRMENT=${RXE_RS_IMPAIRMENT:-loss=0.03 dup=0.02 reorder=0.03 corrupt=0.01}
 FIO_MIXED=(--name=mixed --rw=randrw --bssplit=4k/50:16k/30:128k/20 --offset=32M --size=4M --iodepth=1)
 
 # The exported namespace: a 1 GiB memory-backed null_blk device (pages allocated as written) behind port 4420 on our
@@ -145,6 +155,38 @@ link_delete_under_io() {
 	! ns_device >/dev/null
 }
 
+# RoCE frames the host's relay lost so far, both ways (vm-pair.sh --impairable).
+relay_lost() {
+	grep -hE '^(a>b|b>a)\.lost=' "$PAIR_RESULTS/impair.stats" 2>/dev/null | awk -F= '{ s += $2 } END { print s + 0 }'
+}
+
+# Verified I/O while the relay loses, duplicates, reorders and corrupts RoCE frames: RC must
+# recover or nvme-rdma must fail the I/O and recover the controller, never hand back wrong
+# data (a verify mismatch fails this even where fio's exit would not) or hang.
+lossy_io() {
+	local lost out rc
+	lost=$(relay_lost)
+	echo "$LOSSY_IMPAIRMENT seed=$RANDOM" >"$PAIR_RESULTS/impair"
+	nap 1 # (the relay re-reads its control file twice a second)
+	connect || { : >"$PAIR_RESULTS/impair"; return 1; }
+	out=$(timeout 600 fio --filename="$(ns_device)" "${FIO_COMMON[@]}" "${FIO_LOSSY[@]}" 2>&1)
+	rc=$?
+	: >"$PAIR_RESULTS/impair"
+	nap 1
+	grep -E 'READ:|WRITE:|verify|err=|error' <<<"$out" | head -8 | sed 's/^/# /'
+	echo "# fio exit $rc; the relay lost $(($(relay_lost) - lost)) RoCE frames meanwhile"
+	((rc != 124)) || { echo "# fio still running after 600 s"; return 1; }
+	! grep -qE 'verify: bad|bad magic|crc32c: verify failed' <<<"$out" || return 1
+	(($(relay_lost) > lost)) || { echo "# the relay lost nothing: the link was not impaired"; return 1; }
+	disconnect
+}
+
+# The target's RDMA device goes with the port still enabled (see the top): the ib device is
+# gone, and nvmet_rdma said so for the port's listener.
+target_link_delete() {
+	rdma link delete "$DEV" && wait_for 60 ib_gone "$DEV"
+}
+
 # Runs CHECK unless the pairing is down (then fails it unrun).
 step() {
 	local description=$1
@@ -167,6 +209,9 @@ pairing() {
 		pair_barrier "$label-target" || return
 		pair_barrier "$label-host-done" || return
 		dmesg | grep -E 'nvmet' | tail -n 6 | sed 's/^/# target: /'
+		if [[ $label == "rxe_rs<->rxe_rs" ]]; then
+			step "$label: the target's RDMA device deleted with its port enabled" target_link_delete
+		fi
 		if [[ -n $down ]]; then
 			ktap_test_fail "$label: target torn down: not run"
 			target_down
@@ -186,6 +231,9 @@ pairing() {
 		step "$label: connect again, and what was written before reads back intact" \
 			eval 'connect && run_fio "${FIO_WRITE[@]}" --verify_only'
 		step "$label: nvme disconnect again" disconnect
+		if [[ $label == "rxe_rs<->rxe_rs" ]]; then
+			step "$label: verified I/O over a link that loses, duplicates, reorders and corrupts" lossy_io
+		fi
 		if [[ $mine == rxe_rs ]]; then
 			step "$label: rdma link delete under I/O: fio ends, nothing hangs" eval 'connect && link_delete_under_io'
 		fi
@@ -198,9 +246,9 @@ pairing() {
 pair_link
 ktap_print_header
 if [[ $PAIR_ROLE == a ]]; then
-	ktap_set_plan $((3 * 3))
+	ktap_set_plan $((3 * 3 + 1))
 else
-	ktap_set_plan $((3 * 8 + 2))
+	ktap_set_plan $((3 * 8 + 2 + 1))
 fi
 pair_wait_peer 900 || { echo "# the peer never answered ping"; }
 modprobe nvme-rdma 2>/dev/null
