@@ -7,7 +7,8 @@
 # them byte for byte, and refuse what the rules refuse: accesses outside a window or after an
 # unbind, invalidation or deallocation (REM_ACCESS_ERR, memory untouched), a type 2 window used
 # through another QP, binds beyond the MR, without MW_BIND, from another PD or zero-based type 1
-# (MW_BIND_ERR), deregistering an MR a window is bound to (EBUSY). Then rdma-core's own
+# (MW_BIND_ERR), deregistering an MR a window is bound to (EBUSY), LOCAL_INV or SEND WITH
+# INVALIDATE of an MR (LOC_QP_OP_ERR, REM_INV_REQ_ERR). Then rdma-core's own
 # MR tests (tests/test_mr.py MRTest and MWTest from python3-pyverbs), where a skip is a failure.
 source "$(dirname "$0")/guest/lib.sh"
 DEV=rxers0
@@ -17,7 +18,8 @@ checks=(type1_bind_write_read type1_mr_rkey_refused type1_write_past_window type
 	dereg_mr_with_bound_window_busy type2_bind_write_local_inv type2_remote_invalidate type2_zero_based
 	type2_other_qp_refused type2_wr_api type2_rebind_while_bound local_inv_of_type1_refused
 	bind_beyond_mr_refused bind_mr_without_mw_bind_refused bind_window_of_other_pd_refused
-	bind_write_without_local_write_refused type1_zero_based_refused alloc_wrong_type)
+	bind_write_without_local_write_refused type1_zero_based_refused local_inv_of_mr_refused
+	send_with_inv_of_mr_refused alloc_wrong_type)
 rereg=(rereg_access_grants_write rereg_access_revokes_write rereg_translation_moves_memory
 	rereg_pd_away_and_back rereg_with_bound_window_busy)
 upstream=(test_mr_rereg_access test_mr_rereg_access_bad_flow test_mr_rereg_pd test_mr_rereg_addr

@@ -365,6 +365,40 @@ def type1_zero_based_refused(ctx):
     expect_untouched(mr, "after a refused bind")
 
 
+def local_inv_of_mr_refused(ctx):
+    """LOCAL_INV of an MR's key (not a fast-registration MR, which only the kernel has):
+    LOC_QP_OP_ERR, and the MR still works."""
+    a, b = pair(ctx)
+    mr = b.mr(SIZE, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
+    inv = SendWR(wr_id=9, opcode=e.IBV_WR_LOCAL_INV, send_flags=e.IBV_SEND_SIGNALED)
+    inv.imm_data = mr.rkey
+    b.qp.post_send(inv)
+    expect_status(b.completion("LOCAL_INV"), e.IBV_WC_LOC_QP_OP_ERR, "LOCAL_INV of an MR")
+    c, d = pair(ctx)
+    mr2 = d.mr(SIZE, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
+    inv = SendWR(wr_id=9, opcode=e.IBV_WR_LOCAL_INV, send_flags=e.IBV_SEND_SIGNALED)
+    inv.imm_data = mr2.rkey ^ 0x80  # same index, another key byte
+    d.qp.post_send(inv)
+    expect_status(d.completion("LOCAL_INV"), e.IBV_WC_LOC_QP_OP_ERR, "LOCAL_INV by a wrong key")
+
+
+def send_with_inv_of_mr_refused(ctx):
+    """A SEND WITH INVALIDATE naming the receiver's MR (no window, no fast registration): the
+    data lands, then the sender gets REM_INV_REQ_ERR and the receive completes with it."""
+    a, b = pair(ctx)
+    target = b.mr(SIZE, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
+    buf = b.mr(256)
+    b.qp.post_recv(RecvWR(wr_id=3, num_sge=1, sg=[SGE(buf.buf, 256, buf.lkey)]))
+    src = a.mr(100)
+    src.write(pattern(100, 8), 100, 0)
+    wr = SendWR(wr_id=4, opcode=e.IBV_WR_SEND_WITH_INV, num_sge=1, sg=[SGE(src.buf, 100, src.lkey)],
+                send_flags=e.IBV_SEND_SIGNALED)
+    wr.imm_data = target.rkey
+    a.qp.post_send(wr)
+    expect_status(a.completion("SEND_WITH_INV"), e.IBV_WC_REM_INV_REQ_ERR, "SEND_WITH_INV of an MR")
+    expect_status(b.completion("receive"), e.IBV_WC_REM_INV_REQ_ERR, "the receive")
+
+
 def alloc_wrong_type(ctx):
     """A window of type 3 does not exist: EINVAL (not EOPNOTSUPP, which means no windows)."""
     pd = PD(ctx)
@@ -397,6 +431,8 @@ CHECKS = {
     "bind_window_of_other_pd_refused": bind_refused(e.IBV_MW_TYPE_2, BINDABLE, 0, 4096, REMOTE, other_pd=True),
     "bind_write_without_local_write_refused": bind_refused(e.IBV_MW_TYPE_2, e.IBV_ACCESS_MW_BIND, 0, 4096, REMOTE),
     "type1_zero_based_refused": type1_zero_based_refused,
+    "local_inv_of_mr_refused": local_inv_of_mr_refused,
+    "send_with_inv_of_mr_refused": send_with_inv_of_mr_refused,
     "alloc_wrong_type": alloc_wrong_type,
 }
 

@@ -271,17 +271,22 @@ pub unsafe extern "C" fn post_send(
 ///
 /// # Safety
 ///
-/// `mw` is a live window, and the MR of the bind info (if not NULL) a live MR.
+/// The window and the bind info's MR are NULL or live.
 unsafe fn bind_of(bind: &ibv_send_wr__bindgen_ty_4__bindgen_ty_1) -> BindMw {
     let info = &bind.bind_info;
+    // A NULL window or MR names none (key 0): the kernel fails the bind.
     BindMw {
-        // SAFETY: as the caller promises.
-        mw_rkey: unsafe { (*bind.mw).rkey },
+        mw_rkey: if bind.mw.is_null() {
+            0
+        } else {
+            // SAFETY: a live window, as the caller promises.
+            unsafe { (*bind.mw).rkey }
+        },
         new_rkey: bind.rkey,
-        // SAFETY: as the caller promises.
         mr_lkey: if info.mr.is_null() {
             0
         } else {
+            // SAFETY: a live MR, as the caller promises.
             unsafe { (*info.mr).lkey }
         },
         addr: info.addr,
