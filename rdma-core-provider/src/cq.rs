@@ -239,6 +239,11 @@ pub unsafe fn discard_qp_completions(ibcq: *mut ibv_cq, qpn: u32) {
     };
     let producer = ring.producer();
     let consumer = ring.consumer();
+    // Indices the process scribbled over name no CQEs: nothing to compact (and the walk
+    // below stays within one ring's worth).
+    if producer.wrapping_sub(consumer) > ring.geometry().slots() {
+        return;
+    }
     // From the newest to the oldest, the kept CQEs move up over the discarded ones. The
     // kernel writes only at and after `producer`, and reuses the slots freed at the old end
     // only once it sees the new consumer index, stored after the moves (release).
