@@ -1,37 +1,51 @@
 #!/usr/bin/env bash
 # RC and UD between two VMs (scripts/vm-pair.sh), in three pairings in one boot: rxe_rs on both
-# ends, rxe_rs (A) with the C rdma_rxe (B), and rdma_rxe (A) with rxe_rs (B). In each:
+# ends, rxe_rs (A) with the C rdma_rxe (B), and rdma_rxe (A) with rxe_rs (B). With rdma_rxe:
 # ibv_rc_pingpong with payload checking (-c) at 1 B..1 MiB, with and without completion events
-# (-e); perftest send/write/read bandwidth and latency, and a stream of 2000 small WRITEs whose
-# doorbells and ACKs rxe_rs counts; ibv_ud_pingpong at 1 B..MTU with and
-# without -e, perftest UD send bandwidth and latency, and pair_ud.py, which checks every UD byte
-# and echoes through ibv_create_ah_from_wc; over rdma_cm (ib_cm MADs on QP1): rping -V and
-# ucmatose over IPv4 and IPv6, udaddy, mckey (multicast from B to A: 10 must arrive, from up to
-# 5 rounds of 30; an rdma_rxe B sends with mcast_send.py), rdma_server/rdma_client, rstream and
-# riostream (rsockets, verified), a client killed mid-run (the server must see the disconnect),
-# perftest -R (RC send/write/read, send latency; UD through SIDR). A runs the servers, B the
-# clients. KTAP results go to stdout (the host counts them); the kernel log must stay clean.
+# (-e); perftest send/write/read bandwidth and latency, and a stream of 2000 small WRITEs;
+# ibv_ud_pingpong at 1 B and the MTU, perftest UD send bandwidth and latency, and pair_ud.py,
+# which checks every UD byte and echoes through ibv_create_ah_from_wc; over rdma_cm (ib_cm MADs
+# on QP1): rping -V and ucmatose over IPv4 and IPv6, udaddy, mckey (multicast from B to A: 10
+# must arrive, from up to 5 rounds of 30; an rdma_rxe B sends with mcast_send.py),
+# rdma_server/rdma_client, rstream and riostream (rsockets, verified), a client killed mid-run
+# (the server must see the disconnect), perftest -R (RC send/write/read, send latency; UD
+# through SIDR). rxe_rs on both ends runs the part of that where a wire between two hosts adds
+# to what rxe_rs_data, rxe_rs_ud and rxe_rs_cm.sh run over loopback (see self_cases), and the
+# stream whose doorbells and ACKs rxe_rs counts. A runs the servers, B the clients. KTAP results
+# go to stdout (the host counts them); the kernel log must stay clean.
 source "$RXE_RS_ROOT/selftests/guest/pair.sh"
 source "$RXE_RS_ROOT/selftests/guest/lib.sh"
 
-# The exchanges of one pairing, a line each: perftest arguments get -d/-x, pingpong -d/-g.
-# RXE_RS_INTEROP_CASES, an extended regex, keeps only the lines it matches (for a quicker look).
+# The exchanges of pairing $1 ("rxe_rs-rxe_rs", ...), a line each: perftest arguments get
+# -d/-x, pingpong -d/-g. RXE_RS_INTEROP_CASES, an extended regex, keeps only the lines it
+# matches (for a quicker look).
 cases() {
+	local filter=.
+	[[ $1 == rxe_rs-rxe_rs ]] && filter=$self_cases
 	if [[ -n ${RXE_RS_INTEROP_CASES:-} ]]; then
-		all_cases | grep -E -- "$RXE_RS_INTEROP_CASES"
+		all_cases | grep -E -- "$filter" | grep -E -- "$RXE_RS_INTEROP_CASES"
 	else
-		all_cases
+		all_cases | grep -E -- "$filter"
 	fi
 }
 
+# rxe_rs on both ends. Between QPs of one host, rxe_rs hands packets to its receive path without
+# a netdev (the single-VM scripts); here they cross a link both ways, which each pairing with
+# rdma_rxe does as well for rxe_rs's half. What only rxe_rs on both ends shows: its provider's
+# doorbell skipping and its responder's ACK thinning in one stream (counted), RC at one packet
+# and at 1 MiB, with and without events, bandwidth both ways (READ: responses from A), UD bytes
+# (pair_ud.py), rdma_cm across hosts (rping over IPv6, SIDR, a killed client's disconnect).
+self_cases='^(ibv_rc_pingpong -c -s 1 |ibv_rc_pingpong -c -e -s 1048576|ib_(write|read)_bw -F|counted|pair_ud.py|cm (rping6|disconnect)$|ib_send_lat -c UD -R)'
+
 all_cases() {
-	local size events n t
-	for events in "" -e; do
-		for size in 1 1024 4096 65536 1048576; do
-			n=10
-			((size >= 65536)) && n=3
-			echo "ibv_rc_pingpong -c${events:+ $events} -s $size -n $n"
-		done
+	local size events t
+	# Without events at 1 B, 4 KiB (4 packets at the pair's 1024-byte MTU) and 1 MiB, with
+	# them at 1 KiB, 64 KiB and 1 MiB.
+	for size in 1 4096 1048576; do
+		echo "ibv_rc_pingpong -c -s $size -n $( ((size >= 65536)) && echo 3 || echo 10)"
+	done
+	for size in 1024 65536 1048576; do
+		echo "ibv_rc_pingpong -c -e -s $size -n $( ((size >= 65536)) && echo 3 || echo 10)"
 	done
 	for t in ib_send_bw ib_write_bw ib_read_bw; do
 		echo "$t -F -s 16384 -n 20"
@@ -42,11 +56,8 @@ all_cases() {
 	# A stream of small WRITEs, with the counters that show what it cost (counted_exchange).
 	echo "counted ib_write_bw -F -s 64 -n 2000"
 	# UD: one packet per message, at most the path MTU (1024 on the pair's 1500-byte link).
-	for events in "" -e; do
-		for size in 1 1024; do
-			echo "ibv_ud_pingpong${events:+ $events} -s $size -n 10"
-		done
-	done
+	echo "ibv_ud_pingpong -s 1 -n 10"
+	echo "ibv_ud_pingpong -e -s 1024 -n 10"
 	echo "ib_send_bw -c UD -F -s 1024 -n 20"
 	echo "ib_send_lat -c UD -F -s 64 -n 20"
 	echo "pair_ud.py"
@@ -210,7 +221,7 @@ pairing() {
 	local down=
 	check "$label $mine up on $PAIR_DEV, and the peer's stack" pair_stack_up_both "$mine" "$label" || down=1
 	local line cmd lines gid_flag
-	mapfile -t lines < <(cases)
+	mapfile -t lines < <(cases "${2/<->/-}")
 	for line in "${lines[@]}"; do
 		read -r -a cmd <<<"$line"
 		gid_flag=-x
@@ -236,7 +247,7 @@ pairing() {
 pair_link
 ktap_print_header
 # Each pairing: its stack check, then its cases.
-ktap_set_plan $((3 * (1 + $(cases | wc -l))))
+ktap_set_plan $((3 + $(cases rxe_rs-rxe_rs | wc -l) + 2 * $(cases rxe_rs-rdma_rxe | wc -l)))
 pair_wait_peer 900 || { echo "# the peer never answered ping"; }
 pair_each_pairing pairing
 reset_modules

@@ -3,10 +3,15 @@
 # vm-pair.sh --impairable) loses, duplicates, reorders and corrupts RoCE frames. In each pairing
 # (rxe_rs on both ends, rxe_rs serving the C rdma_rxe, rdma_rxe serving rxe_rs; with
 # RXE_RS_LOSSY_BASELINE=1, make soak's profile, also rdma_rxe on both ends as the yardstick)
-# every byte must still arrive right: ibv_rc_pingpong -c, and pair_data.py's multi-packet
-# WRITEs, READs (responses and ACKs lost, READ requests duplicated) and SENDs, verified byte for
-# byte. Each side prints its retransmission counters beside the other's and the relay's counts,
-# so the log compares rxe_rs's recovery with rdma_rxe's on the same link.
+# every byte must still arrive right: pair_data.py's multi-packet WRITEs, READs (responses and
+# ACKs lost, READ requests duplicated) and SENDs, verified byte for byte. Each side prints its
+# retransmission counters beside the other's and the relay's counts, so the log compares
+# rxe_rs's recovery with rdma_rxe's on the same link.
+# (Not ibv_rc_pingpong: its client destroys its QP as soon as its last receive completes, so
+# when the ACK of the server's last SEND is lost, nothing is left to answer the server's
+# retries: with its retry_cnt of 7, rdma_rxe and rxe_rs retry for good (a NIC gives up after 7
+# and fails the run). CI saw it at 32f8b0d. In pair_data.py only the client requests, and the
+# server keeps its QP until the client, told over TCP, has all its completions.)
 source "$RXE_RS_ROOT/selftests/guest/pair.sh"
 source "$RXE_RS_ROOT/selftests/guest/lib.sh"
 
@@ -69,8 +74,7 @@ pairing() {
 	local down=
 	check "$label $mine up on $PAIR_DEV, and the peer's stack" pair_stack_up_both "$mine" "$label" || down=1
 	if [[ -n $down ]]; then
-		ktap_test_fail "$label ibv_rc_pingpong -c ($role): not run, a stack is not up"
-		ktap_test_fail "$label pair_data.py $DATA_MIB MiB WRITE/SEND/READ ($role): not run"
+		ktap_test_fail "$label pair_data.py $DATA_MIB MiB WRITE/SEND/READ ($role): not run, a stack is not up"
 		ktap_test_fail "$label the link was impaired and recovered from: not run"
 		pair_barrier "$label-end"
 		return
@@ -81,8 +85,6 @@ pairing() {
 	relay_before=$(relay_counts)
 	# The relay re-reads its control file twice a second.
 	nap 1
-	check "$label ibv_rc_pingpong -c ($role)" pair_exchange "$label-pingpong" \
-		ibv_rc_pingpong -d "$DEV" -g "$GID" -c -s 65536 -n 10
 	PAIR_PORT=18700 PAIR_CASE_TIMEOUT=400
 	check "$label pair_data.py $DATA_MIB MiB WRITE/SEND/READ ($role)" pair_exchange "$label-data" data_exchange
 	unset PAIR_PORT PAIR_CASE_TIMEOUT
@@ -110,7 +112,7 @@ fi
 
 pair_link
 ktap_print_header
-ktap_set_plan $((4 * ${#pairings[@]}))
+ktap_set_plan $((3 * ${#pairings[@]}))
 pair_wait_peer 900 || { echo "# the peer never answered ping"; }
 echo "# impairment of RoCE frames: $IMPAIRMENT; $DATA_MIB MiB per data step"
 for p in "${pairings[@]}"; do
