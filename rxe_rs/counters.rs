@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
-//! Port counters, shown by `rdma statistic show link DEV/1`.
+//! Port counters, shown by `rdma statistic show link DEV/1`: ours, and rdma_rxe's names with
+//! rdma_rxe's meanings, so that what reads rdma_rxe's counters reads ours.
 
 use crate::kext::ib::StatDesc;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -20,8 +21,8 @@ pub(crate) enum Counter {
     RcvdQpNotReady,
     /// Dropped: an operation the responder does not implement yet.
     RcvdUnsupported,
-    /// Dropped: duplicate or out-of-sequence PSN.
-    RcvdSeqErr,
+    /// Dropped: a request past a PSN gap (NAKed once per gap), or a READ response past one.
+    RcvdPsnGap,
     /// Dropped: invalid request (opcode sequence, length, corrupt receive queue).
     RcvdInvalidRequest,
     /// Dropped: a SEND found no receive WQE (receiver not ready); an RNR NAK went back.
@@ -59,17 +60,29 @@ pub(crate) enum Counter {
     SendDoorbells,
     /// ACKs and NAKs the responders sent (one per request that asks for one, and per NAK).
     SentAcks,
+    /// rdma_rxe's: PSN sequence error NAKs the requesters went back for.
+    RcvdSeqErr,
+    /// rdma_rxe's: PSN gaps the responders NAKed (once per gap).
+    OutOfSeqRequest,
+    /// rdma_rxe's: responses (ACKs, NAKs, READ responses) the requesters took in.
+    AckDeferred,
+    /// rdma_rxe's: times the port went down.
+    LinkDowned,
+    /// rdma_rxe's: SEND work requests completed.
+    RdmaSends,
+    /// rdma_rxe's: receive work requests completed.
+    RdmaRecvs,
 }
 
 /// Their names, in `Counter` order.
-pub(crate) static NAMES: [StatDesc; COUNT] = [
+pub(crate) static NAMES: [StatDesc; COUNT + ALIASES.len()] = [
     StatDesc::new(c_str!("rcvd_pkts")),
     StatDesc::new(c_str!("rcvd_malformed")),
     StatDesc::new(c_str!("rcvd_icrc_err")),
     StatDesc::new(c_str!("rcvd_unknown_qp")),
     StatDesc::new(c_str!("rcvd_qp_not_ready")),
     StatDesc::new(c_str!("rcvd_unsupported")),
-    StatDesc::new(c_str!("rcvd_seq_err")),
+    StatDesc::new(c_str!("rcvd_psn_gap")),
     StatDesc::new(c_str!("rcvd_invalid_request")),
     StatDesc::new(c_str!("rcvd_rnr")),
     StatDesc::new(c_str!("duplicate_request")),
@@ -88,9 +101,24 @@ pub(crate) static NAMES: [StatDesc; COUNT] = [
     StatDesc::new(c_str!("sent_ud_too_long")),
     StatDesc::new(c_str!("send_doorbells")),
     StatDesc::new(c_str!("sent_acks")),
+    StatDesc::new(c_str!("rcvd_seq_err")),
+    StatDesc::new(c_str!("out_of_seq_request")),
+    StatDesc::new(c_str!("ack_deferred")),
+    StatDesc::new(c_str!("link_downed")),
+    StatDesc::new(c_str!("rdma_sends")),
+    StatDesc::new(c_str!("rdma_recvs")),
+    // rdma_rxe's names for counters we keep under ours (ALIASES).
+    StatDesc::new(c_str!("rcvd_rnr_err")),
+    StatDesc::new(c_str!("send_rnr_err")),
+    StatDesc::new(c_str!("completer_retry_err")),
 ];
 
-const COUNT: usize = 25;
+/// Counters kept.
+const COUNT: usize = 31;
+
+/// rdma_rxe's names that count what one of ours counts, after ours in `NAMES`: RNR NAKs
+/// received, RNR NAKs sent (RC receives without a WQE), retransmissions started.
+const ALIASES: [Counter; 3] = [Counter::RcvdRnrNak, Counter::RcvdRnr, Counter::Retransmits];
 
 /// The values of one port.
 pub(crate) struct Counters([AtomicU64; COUNT]);
@@ -108,7 +136,11 @@ impl Counters {
 
     /// Copies the values out, in `NAMES` order.
     pub(crate) fn read(&self, out: &mut [u64]) {
-        for (o, v) in out.iter_mut().zip(&self.0) {
+        let sources = self
+            .0
+            .iter()
+            .chain(ALIASES.iter().map(|&c| &self.0[c as usize]));
+        for (o, v) in out.iter_mut().zip(sources) {
             *o = v.load(Ordering::Relaxed);
         }
     }

@@ -2,7 +2,7 @@
 //! The rxe_rs `ib_device`: attributes, and a port whose state follows the netdev.
 
 use crate::{
-    counters,
+    counters::{self, Counter},
     kext::{
         ib::{
             self, Access, Ah, AhAttr, AtomicCap, CorePortCaps, Cq, CqInitAttr, Device, DeviceAttr,
@@ -141,6 +141,9 @@ impl RxeDevice {
     pub(crate) fn sync_port(dev: &Device<Self>, ndev: &NetDevice) {
         let active = ndev.is_running_with_carrier();
         if dev.port_active.swap(active, Ordering::Relaxed) != active {
+            if !active {
+                dev.res.counters.inc(Counter::LinkDowned);
+            }
             dev.dispatch_port_event(PORT, active);
             pr_info!(
                 "{}: port {}\n",

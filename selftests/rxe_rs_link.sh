@@ -7,7 +7,7 @@ source "$(dirname "$0")/guest/lib.sh"
 DEV=rxers0
 
 ktap_print_header
-ktap_set_plan 22
+ktap_set_plan 23
 reset_or_bail
 make_veth veth0 veth1 10.11.0.1/24
 ip -6 addr add fd00:11::1/64 dev veth0 nodad
@@ -46,8 +46,11 @@ ip link set veth0 mtu 9000
 ip link set veth1 mtu 9000
 check "active MTU follows the netdev to 4096" \
 	bash -c "ibv_devinfo -d $DEV | grep -Eq 'active_mtu:.*4096'"
+downed=$(hw_counter "$DEV" link_downed)
 ip link set veth1 down
 check "port goes DOWN when the netdev loses carrier" wait_for 10 port_state_is "$DEV" DOWN
+link_downed_is() { [[ $(hw_counter "$DEV" link_downed) == "$1" ]]; }
+check "the port's going down counts in link_downed (rdma_rxe's name)" wait_for 5 link_downed_is $((downed + 1))
 ip link set veth1 up
 check "port comes back ACTIVE with the carrier" wait_for 10 port_state_is "$DEV" ACTIVE
 

@@ -8,7 +8,7 @@ DEV=rxers0
 here=$(dirname "$0")
 
 ktap_print_header
-ktap_set_plan 22
+ktap_set_plan 23
 reset_or_bail
 ip netns del rxpeer 2>/dev/null
 ip netns add rxpeer
@@ -63,6 +63,7 @@ read -r -t 300 rqpn <&"${RECV[0]}"
 # would otherwise move it to ERR and the SENDs after them would not land): a UD SEND, a SEND
 # from an address that is not the QP's peer, and a SEND with a foreign P_Key, all at PSN 0.
 wrong_transport=$(counter rcvd_wrong_transport) wrong_peer=$(counter rcvd_wrong_peer) bad_pkey=$(counter rcvd_bad_pkey)
+recvs=$(counter rdma_recvs)
 send "$rqpn" op:0x64:0:8:u,op:0x04:0:8:k:0x1234
 send_from 10.11.0.3 "$rqpn" op:0x04:0:8:x
 # SEND ONLY at PSN 0, SEND FIRST at 1, SEND LAST at 2.
@@ -71,21 +72,24 @@ echo >&"${RECV[1]}"
 read -r -t 300 verdict <&"${RECV[0]}"
 echo "# recv_target: $verdict"
 check "SENDs land in posted receives and complete (ibv_poll_cq)" test "$verdict" = received
+check "the two receives count in rdma_recvs (rdma_rxe's name)" test "$(counter rdma_recvs)" = $((recvs + 2))
 check "a UD opcode for an RC QP is dropped and counted in rcvd_wrong_transport" \
 	test "$(counter rcvd_wrong_transport)" = $((wrong_transport + 1))
 check "a request from another source than the QP's peer is dropped (rcvd_wrong_peer)" \
 	test "$(counter rcvd_wrong_peer)" = $((wrong_peer + 1))
 check "a request with a foreign P_Key is dropped (rcvd_bad_pkey)" test "$(counter rcvd_bad_pkey)" = $((bad_pkey + 1))
 reap "$RECV_PID"
-seq_before=$(counter rcvd_seq_err)
-rnr_before=$(counter rcvd_rnr)
+gap_before=$(counter rcvd_psn_gap) oos_before=$(counter out_of_seq_request)
+rnr_before=$(counter rcvd_rnr) send_rnr_before=$(counter send_rnr_err)
 coproc RECV2 { /usr/bin/python3 -u "$here/guest/recv_target.py" "$DEV" "$gid" "$peer_gid"; }
 read -r -t 300 rqpn <&"${RECV2[0]}"
 send "$rqpn" op:0x04:5:8:z      # a gap: PSN 5 while 0 is expected
-check "a PSN gap counts in rcvd_seq_err" wait_for 10 counter_is rcvd_seq_err $((seq_before + 1))
+gap_counted() { counter_is rcvd_psn_gap $((gap_before + 1)) && counter_is out_of_seq_request $((oos_before + 1)); }
+check "a PSN gap is dropped (rcvd_psn_gap) and NAKed (rdma_rxe's out_of_seq_request)" wait_for 10 gap_counted
 # Two SEND ONLYs use up both receives; the third finds none.
 send "$rqpn" op:0x04:0:8:r,op:0x04:1:1024:A,op:0x04:2:8:z
-check "a SEND without a posted receive counts in rcvd_rnr" wait_for 10 counter_is rcvd_rnr $((rnr_before + 1))
+rnr_counted() { counter_is rcvd_rnr $((rnr_before + 1)) && counter_is send_rnr_err $((send_rnr_before + 1)); }
+check "a SEND without a posted receive counts in rcvd_rnr and rdma_rxe's send_rnr_err" wait_for 10 rnr_counted
 check "packets the responder took count in rcvd_pkts" test "$(counter rcvd_pkts)" -ge 5
 echo >&"${RECV2[1]}"
 reap "$RECV2_PID"

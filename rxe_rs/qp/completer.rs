@@ -9,7 +9,7 @@ use crate::{
     kext::mmap::RingIndex,
     proto::{
         completer::{on_aeth, unacknowledged_from, AckOutcome, AfterAck, RemoteError},
-        headers::Aeth,
+        headers::{Aeth, NakCode, Syndrome},
         packet::Datagram,
         psn::Psn,
         send_queue::ReadResponse,
@@ -18,7 +18,7 @@ use crate::{
     qp::requester::{wc_opcode, Requester},
     qp::responder::check_admitted,
     qp::{QpInner, QpLocked},
-    uapi::{send_flags, Cqe, WcStatus},
+    uapi::{send_flags, send_opcode, Cqe, WcStatus},
     verbs::cq::{CqeSource, RxeCq},
     verbs::sgl,
 };
@@ -61,6 +61,13 @@ pub(crate) fn retire(qp: &QpInner, req: &mut Requester, status: WcStatus) {
     // The slot is free before its completion is seen: a consumer that posts again as soon as it
     // polls (ib_mad keeps QP1's SQ full) must find room.
     qp.sq.store(RingIndex::Consumer, req.q.consumer);
+    let is_send = matches!(
+        wqe.opcode,
+        send_opcode::SEND | send_opcode::SEND_WITH_IMM | send_opcode::SEND_WITH_INV
+    );
+    if status == WcStatus::Success && is_send {
+        qp.count(Counter::RdmaSends);
+    }
     if status != WcStatus::Success || qp.sq_sig_all || wqe.flags & send_flags::SIGNALED != 0 {
         let cqe = Cqe {
             wr_id: wqe.wr_id,
@@ -114,6 +121,7 @@ fn handle_response_locked(qp: &QpInner, s: &mut QpLocked, d: &Datagram<'_>) -> C
     if let Err(counter) = check_admitted(s, d) {
         return counter;
     }
+    qp.count(Counter::AckDeferred);
     // Only PSNs we sent and that are not acknowledged yet can be answered: anything else is
     // stale, or forged by someone guessing (a blind ACK must not complete WQEs whose data
     // never arrived).
@@ -181,6 +189,9 @@ fn ack(qp: &QpInner, s: &mut QpLocked, aeth: Aeth, psn: Psn) -> core::result::Re
     match then {
         AfterAck::Nothing => {}
         AfterAck::RetryFrom(p) => {
+            if matches!(aeth.syndrome, Syndrome::Nak(NakCode::PsnSequenceError)) {
+                qp.count(Counter::RcvdSeqErr);
+            }
             qp.count(Counter::Retransmits);
             s.req.window.on_loss(s.req.q.acked_psn, s.req.q.sent_end);
             s.req.q.rewind(p);
@@ -229,7 +240,7 @@ fn read_response(
                 if let Some(from) = from {
                     ask_again(qp, &mut s.req, from);
                 }
-                return Err(Counter::RcvdSeqErr);
+                return Err(Counter::RcvdPsnGap);
             }
             ReadResponse::Next(index) => break index,
         }

@@ -273,6 +273,9 @@ pub(super) fn complete_recv_from(
     let Some(recv) = s.resp.recv.take() else {
         return;
     };
+    if status == WcStatus::Success {
+        qp.count(Counter::RdmaRecvs);
+    }
     s.resp.rq_consumer = s.resp.rq_consumer.wrapping_add(1);
     qp.rq.store(RingIndex::Consumer, s.resp.rq_consumer);
     let cqe = Cqe {
@@ -591,10 +594,11 @@ fn handle_request_locked(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) 
         Verdict::OutOfSequence => {
             if !s.resp.nak_sent {
                 s.resp.nak_sent = true;
+                qp.count(Counter::OutOfSeqRequest);
                 let epsn = s.resp.seq.epsn;
                 send_ack(qp, s, Syndrome::Nak(NakCode::PsnSequenceError), epsn);
             }
-            return Counter::RcvdSeqErr;
+            return Counter::RcvdPsnGap;
         }
         Verdict::InvalidRequest => {
             fail(qp, s, Failure::Invalid, psn);

@@ -28,20 +28,25 @@ def moved(ctx, before):
 
 def rnr_retry_exhausted(ctx):
     """A SEND to a QP without a posted receive, rnr_retry 2: three RNR NAKs (the first try and
-    two retries), then RNR_RETRY_EXC_ERR."""
+    two retries), then RNR_RETRY_EXC_ERR. rdma_rxe's names count the same: RNR NAKs sent and
+    received, and the requester took in three responses (ack_deferred); no SEND completed."""
     a, b = pair(ctx, rnr_retry=2)
-    before = counters(ctx, "rcvd_rnr", "rcvd_rnr_nak", "retry_rnr_exceeded_err")
+    want = {"rcvd_rnr": 3, "rcvd_rnr_nak": 3, "retry_rnr_exceeded_err": 1, "send_rnr_err": 3, "rcvd_rnr_err": 3,
+            "ack_deferred": 3, "rdma_sends": 0}
+    before = counters(ctx, *want)
     _src = a.start_data(e.IBV_WR_SEND, pattern(64, 1))
     expect_status(a.completion("the SEND nobody receives"), e.IBV_WC_RNR_RETRY_EXC_ERR, "the SEND nobody receives")
     got = moved(ctx, before)
-    expect(got == {"rcvd_rnr": 3, "rcvd_rnr_nak": 3, "retry_rnr_exceeded_err": 1}, f"counters moved by {got}")
+    expect(got == want, f"counters moved by {got}, want {want}")
 
 
 def rnr_waits_for_a_receive(ctx):
     """rnr_retry 7 (forever): a SEND keeps being RNR NAKed until the receiver posts a receive,
-    then completes, and its data arrives."""
+    then completes, and its data arrives: one SEND and one receive completed (rdma_rxe's
+    rdma_sends and rdma_recvs)."""
     a, b = pair(ctx)
     before = counter(ctx, "rcvd_rnr")
+    completed = counters(ctx, "rdma_sends", "rdma_recvs")
     data = pattern(64, 2)
     _src = a.start_data(e.IBV_WR_SEND, data)
     deadline = time.time() + 10
@@ -56,6 +61,8 @@ def rnr_waits_for_a_receive(ctx):
     wc = b.completion("the receive")
     expect_status(wc, e.IBV_WC_SUCCESS, "the receive")
     expect(wc.wr_id == 3 and wc.byte_len == 64 and dst.read(64, 0) == data, "the SEND's data did not arrive")
+    got = moved(ctx, completed)
+    expect(got == {"rdma_sends": 1, "rdma_recvs": 1}, f"counters moved by {got}")
 
 
 def retry_cnt_exhausted(ctx):
@@ -64,11 +71,13 @@ def retry_cnt_exhausted(ctx):
     a, b = pair(ctx, timeout=8, retry_cnt=2)
     b.qp.modify(QPAttr(qp_state=e.IBV_QPS_ERR), e.IBV_QP_STATE)
     remote = b.mr(64)
-    before = counters(ctx, "rcvd_qp_not_ready", "retransmits", "retry_exceeded_err")
+    want = {"rcvd_qp_not_ready": 3, "retransmits": 2, "retry_exceeded_err": 1, "completer_retry_err": 2,
+            "ack_deferred": 0}
+    before = counters(ctx, *want)
     _src = a.start_data(e.IBV_WR_RDMA_WRITE, pattern(64, 3), remote)
     expect_status(a.completion("the WRITE nobody acknowledges"), e.IBV_WC_RETRY_EXC_ERR, "the WRITE nobody acknowledges")
     got = moved(ctx, before)
-    expect(got == {"rcvd_qp_not_ready": 3, "retransmits": 2, "retry_exceeded_err": 1}, f"counters moved by {got}")
+    expect(got == want, f"counters moved by {got}, want {want}")
 
 
 CHECKS = {
