@@ -68,7 +68,7 @@ pub(crate) enum Counter {
     AckDeferred,
     /// rdma_rxe's: times the port went down.
     LinkDowned,
-    /// rdma_rxe's: SEND work requests completed.
+    /// rdma_rxe's: SEND work requests completed, with or without error (not flushed).
     RdmaSends,
     /// rdma_rxe's: receive work requests completed.
     RdmaRecvs,
@@ -114,7 +114,7 @@ pub(crate) static NAMES: [StatDesc; COUNT + ALIASES.len()] = [
 ];
 
 /// Counters kept.
-const COUNT: usize = 31;
+const COUNT: usize = Counter::RdmaRecvs as usize + 1;
 
 /// rdma_rxe's names that count what one of ours counts, after ours in `NAMES`: RNR NAKs
 /// received, RNR NAKs sent (RC receives without a WQE), retransmissions started.

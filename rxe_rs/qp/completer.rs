@@ -65,7 +65,8 @@ pub(crate) fn retire(qp: &QpInner, req: &mut Requester, status: WcStatus) {
         wqe.opcode,
         send_opcode::SEND | send_opcode::SEND_WITH_IMM | send_opcode::SEND_WITH_INV
     );
-    if status == WcStatus::Success && is_send {
+    // rdma_rxe counts a SEND that completed in error too; a flushed one never ran.
+    if is_send && status != WcStatus::WrFlushErr {
         qp.count(Counter::RdmaSends);
     }
     if status != WcStatus::Success || qp.sq_sig_all || wqe.flags & send_flags::SIGNALED != 0 {

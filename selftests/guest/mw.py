@@ -87,6 +87,20 @@ WINDOWS = []  # deallocated after each check, before its MRs go (else they canno
 KEEP = []  # what the windows' MRs hang on, alive until then
 
 
+def send_with_inv(a, b, rkey, seed):
+    """b posts a 256-byte receive (wr_id 3); a SENDs 100 bytes of pattern `seed` WITH
+    INVALIDATE of `rkey` (wr_id 4, signaled). Returns b's receive buffer."""
+    buf = b.mr(256)
+    b.qp.post_recv(RecvWR(wr_id=3, num_sge=1, sg=[SGE(buf.buf, 256, buf.lkey)]))
+    src = a.mr(100)
+    src.write(pattern(100, seed), 100, 0)
+    wr = SendWR(wr_id=4, opcode=e.IBV_WR_SEND_WITH_INV, num_sge=1, sg=[SGE(src.buf, 100, src.lkey)],
+                send_flags=e.IBV_SEND_SIGNALED)
+    wr.imm_data = rkey
+    a.qp.post_send(wr)
+    return buf
+
+
 def new_mw(pd, mw_type):
     mw = MW(pd, mw_type)
     WINDOWS.append(mw)
@@ -232,14 +246,7 @@ def type2_remote_invalidate(ctx):
     a, b, mr, mw = type1_window(ctx, e.IBV_MW_TYPE_2)
     wc, rkey = bind_type2(b, mw, mr, WIN_OFF, WIN_LEN, REMOTE)
     expect_bound(wc)
-    buf = b.mr(256)
-    b.qp.post_recv(RecvWR(wr_id=3, num_sge=1, sg=[SGE(buf.buf, 256, buf.lkey)]))
-    src = a.mr(100)
-    src.write(pattern(100, 7), 100, 0)
-    wr = SendWR(wr_id=4, opcode=e.IBV_WR_SEND_WITH_INV, num_sge=1, sg=[SGE(src.buf, 100, src.lkey)],
-                send_flags=e.IBV_SEND_SIGNALED)
-    wr.imm_data = rkey
-    a.qp.post_send(wr)
+    buf = send_with_inv(a, b, rkey, 7)
     expect_status(a.completion("SEND_WITH_INV"), e.IBV_WC_SUCCESS, "SEND_WITH_INV")
     wc = b.completion("receive")
     expect_status(wc, e.IBV_WC_SUCCESS, "receive")
@@ -387,14 +394,7 @@ def send_with_inv_of_mr_refused(ctx):
     data lands, then the sender gets REM_INV_REQ_ERR and the receive completes with it."""
     a, b = pair(ctx)
     target = b.mr(SIZE, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
-    buf = b.mr(256)
-    b.qp.post_recv(RecvWR(wr_id=3, num_sge=1, sg=[SGE(buf.buf, 256, buf.lkey)]))
-    src = a.mr(100)
-    src.write(pattern(100, 8), 100, 0)
-    wr = SendWR(wr_id=4, opcode=e.IBV_WR_SEND_WITH_INV, num_sge=1, sg=[SGE(src.buf, 100, src.lkey)],
-                send_flags=e.IBV_SEND_SIGNALED)
-    wr.imm_data = target.rkey
-    a.qp.post_send(wr)
+    send_with_inv(a, b, target.rkey, 8)
     expect_status(a.completion("SEND_WITH_INV"), e.IBV_WC_REM_INV_REQ_ERR, "SEND_WITH_INV of an MR")
     expect_status(b.completion("receive"), e.IBV_WC_REM_INV_REQ_ERR, "the receive")
 
