@@ -31,7 +31,7 @@ cases() {
 
 # rxe_rs on both ends. Between QPs of one host, rxe_rs hands packets to its receive path without
 # a netdev (the single-VM scripts); here they cross a link both ways, which each pairing with
-# rdma_rxe does as well for rxe_rs's half. What only rxe_rs on both ends shows: its provider's
+# rdma_rxe does as well for rxe_rs's half. What only rxe_rs on both ends runs: its provider's
 # doorbell skipping and its responder's ACK thinning in one stream (counted), RC at one packet
 # and at 1 MiB, with and without events, bandwidth both ways (READ: responses from A), UD bytes
 # (pair_ud.py), rdma_cm across hosts (rping over IPv6, SIDR, a killed client's disconnect).
@@ -182,27 +182,24 @@ cm_port() {
 }
 
 # A stream of N small WRITEs from B to A (perftest: 128 in flight), and what it cost in the
-# kernel where rxe_rs runs it. B's requester is running from ACKs while perftest posts, so
-# rxe_rs's provider skips the send doorbell (RING_FLAG_SQ_POLLED) for most posts; a responder
-# answering rxe_rs is asked for an ACK every 32 packets and at the end of a run, not once per
-# message (rdma_rxe asks for one per message). Without either, each count is N or more (a
-# doorbell per post, an ACK per message). On an otherwise idle TCG host a stream gives about N/10
-# doorbells (1 in 32 posts rings regardless) and N/5 ACKs; with the single-VM guests beside the
-# pair on 2 host cores, 0.58 N and 0.65 N in one make check, where B moved 206 WRITEs/s: too few
-# to keep the 8 packets in flight the skipping needs. The bound, 9N/10, tells that from none.
+# kernel where rxe_rs runs it: the stream must complete, and its counts are printed. B's
+# requester is running from ACKs while perftest posts, so rxe_rs's provider skips the send
+# doorbell (RING_FLAG_SQ_POLLED) for most posts; a responder answering rxe_rs is asked for an
+# ACK every 32 packets and at the end of a run, not once per message (rdma_rxe asks for one per
+# message). Without either, each count is N or more. How far below N they go depends on how
+# fast B posts against the round trip, which no bound here can assume: on an idle TCG host
+# about N/10 doorbells and N/5 ACKs; beside the single-VM guests 0.58 N and 0.65 N (206
+# WRITEs/s), and at f52ebe6, at 77 WRITEs/s, 0.83 N and 0.95 N, where most WRITEs went out
+# alone and each asked for its ACK, as it should. rxe_rs_data's batch_asks_two_acks checks
+# both exactly (one doorbell and 2 ACKs for a batch of 64); make bench measures streams.
 counted_exchange() {
-	local label=$1 mine=$2 n=${!#} doorbells acks
+	local label=$1 mine=$2 n=${!#} doorbells acks t0=$SECONDS
 	shift 2
 	doorbells=$(hw_counter "$DEV" send_doorbells 2>/dev/null) acks=$(hw_counter "$DEV" sent_acks 2>/dev/null)
 	pair_exchange "$label" "$@" || return
 	[[ $mine == rxe_rs ]] || return 0
 	doorbells=$(($(hw_counter "$DEV" send_doorbells) - doorbells)) acks=$(($(hw_counter "$DEV" sent_acks) - acks))
-	echo "# $label: $doorbells send doorbells, $acks ACKs sent for $n WRITEs"
-	if [[ $PAIR_ROLE == b ]]; then
-		((doorbells < n * 9 / 10)) || { echo "# $doorbells doorbells for $n posts: posts in a stream should not need one"; return 1; }
-	elif [[ $label == rxe_rs\<-\>rxe_rs:* ]]; then
-		((acks < n * 9 / 10)) || { echo "# $acks ACKs for $n WRITEs of a stream"; return 1; }
-	fi
+	echo "# $label: $doorbells send doorbells, $acks ACKs sent for $n WRITEs (in $((SECONDS - t0)) s)"
 }
 
 # pair_ud.py as server (A) or client (B), on its own port.
