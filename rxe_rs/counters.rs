@@ -53,6 +53,10 @@ pub(crate) enum Counter {
     RcvdBadQkey,
     /// Dropped: a UD datagram that found no receive WQE, or one too small for it and its GRH.
     RcvdUdDropped,
+    /// Dropped: a UC packet whose message is lost (a packet of it went missing or came out of
+    /// order, no receive WQE, a bad R_Key or range, too long for the buffers); UC answers
+    /// nothing, so this is all that tells.
+    RcvdUcDropped,
     /// UD sends longer than the path MTU: completed without being sent (IBA C10-93.1.1).
     SentUdTooLong,
     /// Send doorbells that reached the kernel (a post the requester was not going to find by
@@ -98,6 +102,7 @@ pub(crate) static NAMES: [StatDesc; COUNT + ALIASES.len()] = [
     StatDesc::new(c_str!("rcvd_bad_pkey")),
     StatDesc::new(c_str!("rcvd_bad_qkey")),
     StatDesc::new(c_str!("rcvd_ud_dropped")),
+    StatDesc::new(c_str!("rcvd_uc_dropped")),
     StatDesc::new(c_str!("sent_ud_too_long")),
     StatDesc::new(c_str!("send_doorbells")),
     StatDesc::new(c_str!("sent_acks")),

@@ -8,6 +8,7 @@ use crate::{
         ib::{self, Device, DeviceConfig, NewDevice},
         link::{LinkDriver, LinkLockGuard},
         netdev::NetDevice,
+        possible_cpus,
         udp_tunnel::EncapReceiver,
     },
     net::recv::Receiver,
@@ -47,7 +48,9 @@ impl LinkDriver for RxeLink {
         let config = DeviceConfig {
             node_guid: RxeDevice::guid_for(ndev),
             node_desc: c_str!("rxe_rs"),
-            num_comp_vectors: 1,
+            // One per CPU, as rdma_rxe: consumers spread their CQs over them (the vector
+            // names no interrupt here; completions are signalled where they are made).
+            num_comp_vectors: possible_cpus(),
             owner: &crate::THIS_MODULE,
         };
         let mut new =

@@ -6,6 +6,8 @@
 # REM_ACCESS_ERR without touching memory (guest/rdma_data.py, two QPs over loopback); garbage
 # written to the mapped rings failing only its own QP or CQ (guest/ring_scribble.py); rnr_retry
 # and retry_cnt honoured against a responder without receives or in ERR (guest/rc_recovery.py);
+# UC: SENDs and WRITEs intact, and what cannot be received (no receive, a bad R_Key, a packet
+# lost, a message cut short) dropped and counted with the QPs running on (guest/uc.py);
 # those packets, between QPs of this host, go to the receive path without crossing lo.
 source "$(dirname "$0")/guest/lib.sh"
 DEV=rxers0
@@ -17,8 +19,10 @@ checks=(write_sge_list_to_mr_end read_into_sge_list send_between_sge_lists large
 scribbles=(rq_indices_scribbled rq_wqe_scribbled sq_indices_scribbled sq_wqe_scribbled_after_doorbell
 	cq_indices_scribbled)
 recoveries=(rnr_retry_exhausted rnr_waits_for_a_receive retry_cnt_exhausted)
+ucs=(uc_send_write_imm_intact uc_no_receive_drops_the_message uc_bad_rkey_drops_the_write
+	uc_lost_and_cut_short_messages uc_refuses_what_it_cannot_carry)
 ktap_print_header
-ktap_set_plan $((${#checks[@]} + ${#scribbles[@]} + ${#recoveries[@]} + 2))
+ktap_set_plan $((${#checks[@]} + ${#scribbles[@]} + ${#recoveries[@]} + ${#ucs[@]} + 2))
 reset_or_bail
 make_veth veth0 veth1 10.11.0.1/24
 rdma link add "$DEV" type rxe_rs netdev veth0
@@ -33,6 +37,7 @@ echo "# rdma_data.py: $sent RoCE packets sent, $lo_packets packets through lo"
 check "packets between QPs of this host skip lo (local delivery)" test $((lo_packets * 10)) -lt "$sent"
 run_py_checks ring_scribble.py "${scribbles[@]}"
 run_py_checks rc_recovery.py "${recoveries[@]}"
+run_py_checks uc.py "${ucs[@]}"
 rdma statistic show link "$DEV/1" | sed 's/^/# /'
 check "the remote access errors were NAKed and counted" test "$(counter rcvd_invalid_request)" -ge 5
 

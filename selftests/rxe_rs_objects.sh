@@ -7,7 +7,7 @@ DEV=rxers0
 verbs() { /usr/bin/python3 "$(dirname "$0")/guest/verbs.py" "$DEV" "$@"; }
 
 ktap_print_header
-ktap_set_plan 18
+ktap_set_plan 20
 reset_or_bail
 make_veth veth0 veth1 10.11.0.1/24
 rdma link add "$DEV" type rxe_rs netdev veth0
@@ -21,7 +21,9 @@ rdma resource show cq | sed 's/^/# /' | head -3
 check "MRs register with unique keys (lkey == rkey)" verbs mr_register_keys
 check "MR access errors: EINVAL / EOPNOTSUPP" verbs mr_bad_access
 check "MR limits are reported" verbs mr_limits_reported
-check "UC QPs (not implemented yet): EOPNOTSUPP" verbs qp_types_unsupported
+check "raw packet QPs (not offered): EOPNOTSUPP" verbs qp_types_unsupported
+check "one completion vector per CPU" verbs comp_vectors_per_cpu
+check "ibv_create_qp_ex with create flags, none set: created" verbs qp_ex_create_flags_none
 check "RC QPs: capacities, numbers, limits" verbs qp_caps
 check "RC QP state machine RESET-INIT-RTR-RTS-ERR-RESET, attributes, errnos" verbs qp_state_machine
 check "posting sends: EINVAL before RTS and for atomics, WR_FLUSH_ERR in ERR" verbs post_send_states

@@ -153,18 +153,27 @@ pub unsafe extern "C" fn create_qp_ex(
     ctx: *mut ibv_context,
     attr: *mut ibv_qp_init_attr_ex,
 ) -> *mut ibv_qp {
-    // SAFETY: valid attributes.
-    let a = unsafe { &*attr };
-    let known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    // SAFETY: valid attributes (copied: the call below changes the mask for a while).
+    let a = unsafe { *attr };
+    // Create flags are accepted when none is set (we offer none: the kernel refuses any).
+    let known =
+        IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
     let with_ops = a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0;
-    let ud = a.qp_type == IBV_QPT_UD;
-    if a.comp_mask & !known != 0 || (with_ops && !supported_send_ops(a.send_ops_flags, ud)) {
+    let with_flags = a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0;
+    if a.comp_mask & !known != 0
+        || (with_ops && !supported_send_ops(a.send_ops_flags, a.qp_type))
+        || (with_flags && a.create_flags != 0)
+    {
         crate::set_errno(libc::EOPNOTSUPP);
         return core::ptr::null_mut();
     }
     let qp = new_qp();
     let mut cmd = ibv_create_qp::default();
     let mut resp = CreateQpRespFull::default();
+    // No flag is no flag: the command we send has no field for them, and libibverbs refuses
+    // the mask bit for it. The caller's mask is put back after.
+    // SAFETY: `attr` is the caller's, writable for the call (libibverbs writes the caps back).
+    unsafe { (*attr).comp_mask &= !IBV_QP_INIT_ATTR_CREATE_FLAGS };
     // SAFETY: valid context, QP (a `verbs_qp` first), attributes and buffers of the sizes passed.
     let ret = unsafe {
         ibv_cmd_create_qp_ex(
@@ -177,6 +186,10 @@ pub unsafe extern "C" fn create_qp_ex(
             size_of_val(&resp),
         )
     };
+    if with_flags {
+        // SAFETY: as above.
+        unsafe { (*attr).comp_mask |= IBV_QP_INIT_ATTR_CREATE_FLAGS };
+    }
     if ret != 0 {
         // SAFETY: never published.
         drop(unsafe { Box::from_raw(qp) });

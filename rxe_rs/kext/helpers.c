@@ -322,6 +322,11 @@ void rxe_rs_helper_rcu_read_unlock(void)
 	rcu_read_unlock();
 }
 
+unsigned int rxe_rs_helper_num_possible_cpus(void)
+{
+	return num_possible_cpus();
+}
+
 /* Sends a complete IP datagram (skb->data at the IP header) along `dst`, whose reference the
  * skb takes. */
 int rxe_rs_helper_ip_local_out(struct sk_buff *skb, struct dst_entry *dst, bool ipv6)

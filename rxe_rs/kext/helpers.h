@@ -51,6 +51,7 @@ void rxe_rs_helper_skb_as_looped_back(struct sk_buff *skb, struct dst_entry *dst
 void rxe_rs_helper_skb_queue_head_init(struct sk_buff_head *list);
 void rxe_rs_helper_rcu_read_lock(void);
 void rxe_rs_helper_rcu_read_unlock(void);
+unsigned int rxe_rs_helper_num_possible_cpus(void);
 
 void rxe_rs_helper_timer_setup(struct timer_list *timer, void (*func)(struct timer_list *));
 unsigned long rxe_rs_helper_jiffies(void);

@@ -36,6 +36,12 @@ pub(crate) fn gfp_user_sized() -> Flags {
     GFP_KERNEL_ACCOUNT | __GFP_NOWARN
 }
 
+/// CPUs this system may ever have online (`num_possible_cpus()`): at least 1.
+pub(crate) fn possible_cpus() -> u32 {
+    // SAFETY: reads a mask fixed at boot; any context.
+    unsafe { bindings::rxe_rs_helper_num_possible_cpus() }.max(1)
+}
+
 /// Like [`Opaque::ffi_init`], for C constructors that can fail (registrations).
 pub(crate) fn opaque_try_init<T>(
     init: impl FnOnce(*mut T) -> Result,

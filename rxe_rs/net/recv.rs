@@ -6,14 +6,14 @@ use crate::{
     device::RxeDevice,
     kext::{
         errno::eaddrinuse,
-        ib::{Device, DeviceRef},
+        ib::{Device, DeviceRef, QpType},
         netdev::NetDevice,
         skb::SkBuff,
         udp_tunnel::{EncapReceiver, UdpTunnel},
     },
     limits,
     proto::packet::{self, DropReason},
-    qp::{completer, datagram, responder},
+    qp::{completer, datagram, responder, unreliable},
 };
 use kernel::prelude::*;
 
@@ -60,6 +60,7 @@ impl EncapReceiver for Receiver {
                 Ok(d) => match dev.lookup_qp(d.bth.dest_qp) {
                     None => Counter::RcvdUnknownQp,
                     Some(qp) if qp.qp_type.is_datagram() => datagram::receive(&qp, &d),
+                    Some(qp) if qp.qp_type == QpType::Uc => unreliable::receive(&qp, &d),
                     Some(qp) if d.info.is_request => responder::handle_request(&qp, &d),
                     Some(qp) => completer::handle_response(&qp, &d),
                 },

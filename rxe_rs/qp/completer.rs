@@ -10,6 +10,7 @@ use crate::{
     proto::{
         completer::{on_aeth, unacknowledged_from, AckOutcome, AfterAck, RemoteError},
         headers::{Aeth, NakCode, Syndrome},
+        opcode::Transport,
         packet::Datagram,
         psn::Psn,
         send_queue::ReadResponse,
@@ -97,6 +98,14 @@ pub(crate) fn retire_done_locals(qp: &QpInner, req: &mut Requester) {
     }
 }
 
+/// Completes, successfully, every WQE before the one being sent: on UC, where nothing
+/// acknowledges them, those went out whole (or were executed, for local operations).
+pub(crate) fn retire_sent(qp: &QpInner, req: &mut Requester) {
+    while req.q.consumer != req.q.cur {
+        retire(qp, req, WcStatus::Success);
+    }
+}
+
 /// Arms the retransmission timer if packets are outstanding (and `timeout` is not infinite).
 pub(crate) fn arm_retransmit(qp: &QpInner, s: &mut QpLocked) {
     if s.req.outstanding() {
@@ -119,7 +128,7 @@ fn handle_response_locked(qp: &QpInner, s: &mut QpLocked, d: &Datagram<'_>) -> C
     if s.attrs.state != QpState::Rts && s.attrs.state != QpState::Sqd {
         return Counter::RcvdQpNotReady;
     }
-    if let Err(counter) = check_admitted(s, d) {
+    if let Err(counter) = check_admitted(s, d, Transport::Rc) {
         return counter;
     }
     qp.count(Counter::AckDeferred);

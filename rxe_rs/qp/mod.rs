@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
-//! Queue pairs (RC and UD): creation with user-mapped send and receive rings, and the IB state
-//! machine with the attributes each transition carries. Its engines, each a child module:
+//! Queue pairs (RC, UC and UD): creation with user-mapped send and receive rings, and the IB
+//! state machine with the attributes each transition carries. Its engines, each a child module:
 //! the [`requester`] sends, the [`completer`] turns responses into completions, the
-//! [`responder`] executes what the peer asks; a UD QP sends and receives through [`datagram`].
+//! [`responder`] executes what the peer asks; a UC QP receives through [`unreliable`], a UD QP
+//! sends and receives through [`datagram`].
 
 pub(crate) mod completer;
 pub(crate) mod datagram;
 pub(crate) mod requester;
 pub(crate) mod responder;
+pub(crate) mod unreliable;
 
 use crate::{
     counters::Counter,
@@ -283,7 +285,7 @@ impl QpInner {
     }
 
     /// `modify_qp`: validates everything first, then applies it all under the lock.
-    pub(crate) fn modify(&self, attr: &QpAttr, m: QpAttrMask) -> Result {
+    pub(crate) fn modify(self: &Arc<Self>, attr: &QpAttr, m: QpAttrMask) -> Result {
         // READ reply slots for a new `max_dest_rd_atomic`, allocated before the lock is taken
         // (a value out of range is refused below).
         let read_slots = if m.contains(QpAttrMask::MAX_DEST_RD_ATOMIC)
@@ -385,8 +387,8 @@ impl QpInner {
         if m.contains(QpAttrMask::DEST_QPN) {
             new.dest_qpn = attr.dest_qp_num & crate::proto::psn::PSN_MASK;
         }
-        // RTR needs a path to send ACKs on (UD sends none: each WQE names its own path).
-        if self.qp_type == QpType::Rc
+        // RTR needs the peer's path (UD has none: each WQE names its own).
+        if self.qp_type.is_connected()
             && next == QpState::Rtr
             && cur != QpState::Rtr
             && new.av.is_none()
@@ -444,6 +446,7 @@ impl QpInner {
         if next == QpState::Err && cur != QpState::Err {
             self.enter_error(s);
         }
+        self.resume_later(s);
         Ok(())
     }
 
@@ -524,7 +527,7 @@ impl QpInner {
     }
 
     /// The send doorbell: sends what the process posted, or flushes it in the error state.
-    pub(crate) fn post_send(&self) -> Result {
+    pub(crate) fn post_send(self: &Arc<Self>) -> Result {
         self.count(Counter::SendDoorbells);
         let mut s = self.state.lock();
         match s.attrs.state {
@@ -534,7 +537,20 @@ impl QpInner {
             _ => return Err(EINVAL),
         }
         self.settle(&mut s);
+        self.resume_later(&mut s);
         Ok(())
+    }
+
+    /// A UC requester run that used up its budget (`Requester::yielded`) goes on from the
+    /// doorbell work item: nothing else would run it again, since nothing acknowledges UC.
+    /// Under the lock, outside RESET (which `detach` relies on).
+    fn resume_later(self: &Arc<Self>, s: &mut QpLocked) {
+        if core::mem::take(&mut s.req.yielded)
+            && matches!(s.attrs.state, QpState::Rts | QpState::Sqd)
+        {
+            // Already queued: that run sends these too.
+            let _ = datapath_queue(Datapath::Bound).enqueue::<Arc<QpInner>, 1>(self.clone());
+        }
     }
 
     /// The receive doorbell, rung by the provider when the RQ's flags ask for it (the QP is in
@@ -570,12 +586,18 @@ impl QpInner {
     pub(crate) fn run_requester(&self, s: &mut QpLocked) {
         loop {
             let end = match self.qp_type {
-                QpType::Rc => requester::run(self, s),
+                QpType::Rc | QpType::Uc => requester::run(self, s),
                 QpType::Ud | QpType::Gsi => datagram::send(self, s),
             };
             match end {
                 RunEnd::Idle => {}
-                RunEnd::Failed(index, status) => return self.fail(s, index, status),
+                RunEnd::Failed(index, status) => {
+                    // UC: what went out before it completed (the failure flushes the rest).
+                    if self.qp_type == QpType::Uc {
+                        completer::retire_sent(self, &mut s.req);
+                    }
+                    return self.fail(s, index, status);
+                }
                 RunEnd::BrokenRing => return self.fatal(s),
             }
             // Local operations the run executed at the head of the SQ complete now; an
@@ -583,6 +605,13 @@ impl QpInner {
             if s.req.q.oldest_is_done_local() {
                 completer::retire_done_locals(self, &mut s.req);
                 continue;
+            }
+            if self.qp_type == QpType::Uc {
+                // Nothing acknowledges UC: what went out whole completes now, and SQD may be
+                // drained.
+                completer::retire_sent(self, &mut s.req);
+                self.check_drained(s);
+                return;
             }
             // Whatever is unacknowledged has a timer to resend it: also when this run sent
             // nothing (the window was shut, the READ credits used up) after a timeout had
@@ -731,6 +760,13 @@ impl QpInner {
         num_sge: usize,
     ) -> Result {
         let supported = match self.qp_type {
+            QpType::Uc => matches!(
+                wqe.opcode,
+                send_opcode::SEND
+                    | send_opcode::SEND_WITH_IMM
+                    | send_opcode::RDMA_WRITE
+                    | send_opcode::RDMA_WRITE_WITH_IMM
+            ),
             QpType::Rc => matches!(
                 wqe.opcode,
                 send_opcode::SEND
@@ -847,7 +883,7 @@ impl QpInner {
     }
 
     /// The doorbell work: sends what was posted, or flushes it in the error state.
-    fn ring_doorbell(&self) {
+    fn ring_doorbell(self: &Arc<Self>) {
         let mut s = self.state.lock();
         match s.attrs.state {
             QpState::Rts | QpState::Sqd => self.run_requester(&mut s),
@@ -858,6 +894,7 @@ impl QpInner {
             _ => {}
         }
         self.settle(&mut s);
+        self.resume_later(&mut s);
     }
 }
 

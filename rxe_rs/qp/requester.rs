@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The requester: takes send WQEs off the user's SQ ring (each copied into the kernel and
 //! validated once), numbers their packets, and transmits within the window. Completion of
-//! what it sent is the completer's job; both work on the QP's state under its lock.
+//! what it sent is the completer's job; both work on the QP's state under its lock. A UC
+//! message has no window and nothing acknowledges it: it completes as its last packet goes out.
 
 use crate::{
     kext::ib::{Access, QpState, QpType},
@@ -32,6 +33,9 @@ const _: () = assert!(MAX_READ_REQUESTS == limits::MAX_RD_ATOMIC as usize);
 /// the whole ring, so a QP's kernel memory does not grow with `max_send_wr`. More are fetched
 /// as these complete.
 const MAX_FETCHED: u32 = 256;
+/// UC packets sent per run: the rest goes from the doorbell work item (`Requester::yielded`),
+/// so that a long message never holds the QP's lock, and the CPU, for long.
+const UC_PACKETS_PER_RUN: u32 = 128;
 
 /// How a send opcode is segmented.
 fn kind(opcode: u32) -> MessageKind {
@@ -88,6 +92,8 @@ pub(crate) struct Requester {
     pub(crate) window: SendWindow,
     /// The SQ's flags say `RING_FLAG_SQ_POLLED` (see `QpInner::update_sq_polled`).
     pub(crate) sq_polled: bool,
+    /// A UC run stopped with packets left to send: the doorbell work item goes on.
+    pub(crate) yielded: bool,
 }
 
 impl Requester {
@@ -114,6 +120,7 @@ impl Requester {
             noack_pkts: 0,
             window: SendWindow::default(),
             sq_polled: false,
+            yielded: false,
         })
     }
 
@@ -140,6 +147,7 @@ impl Requester {
         self.noack_pkts = 0;
         self.window = SendWindow::default();
         self.sq_polled = false;
+        self.yielded = false;
     }
 
     /// Starts sending at `sq_psn` (move to RTS).
@@ -168,13 +176,14 @@ impl Requester {
         self.wqes[slot] = wqe;
         if is_local(wqe.opcode) {
             // Memory registration (a kernel consumer's), invalidation and window binds (a
-            // process's: the kernel has no windows), on a connection.
+            // process's: the kernel has no windows), on RC; window binds on UC too (as
+            // rdma_rxe).
             let allowed = match wqe.opcode {
-                send_opcode::REG_MR => qp.is_kernel(),
-                send_opcode::BIND_MW => !qp.is_kernel(),
-                _ => true,
+                send_opcode::REG_MR => qp.is_kernel() && qp.qp_type == QpType::Rc,
+                send_opcode::BIND_MW => !qp.is_kernel() && qp.qp_type.is_connected(),
+                _ => qp.qp_type == QpType::Rc,
             };
-            if !allowed || qp.qp_type != QpType::Rc {
+            if !allowed {
                 let _ = self.q.push_unnumbered(false);
                 return Err((index, WcStatus::LocQpOpErr));
             }
@@ -217,9 +226,20 @@ impl Requester {
                 | send_opcode::RDMA_WRITE_WITH_IMM
                 | send_opcode::RDMA_READ
         );
-        // UD carries SENDs only (one packet each).
-        let for_type = qp.qp_type == QpType::Rc
-            || matches!(wqe.opcode, send_opcode::SEND | send_opcode::SEND_WITH_IMM);
+        // UD carries SENDs only (one packet each); UC SENDs and WRITEs, without invalidation.
+        let for_type = match qp.qp_type {
+            QpType::Rc => true,
+            QpType::Uc => matches!(
+                wqe.opcode,
+                send_opcode::SEND
+                    | send_opcode::SEND_WITH_IMM
+                    | send_opcode::RDMA_WRITE
+                    | send_opcode::RDMA_WRITE_WITH_IMM
+            ),
+            QpType::Ud | QpType::Gsi => {
+                matches!(wqe.opcode, send_opcode::SEND | send_opcode::SEND_WITH_IMM)
+            }
+        };
         if !supported || !for_type {
             return Err(WcStatus::LocQpOpErr);
         }
@@ -400,6 +420,8 @@ pub(crate) fn run(qp: &QpInner, s: &mut QpLocked) -> RunEnd {
     let Some(av) = s.attrs.av else {
         return RunEnd::Idle;
     };
+    let uc = qp.qp_type == QpType::Uc;
+    let mut uc_budget = UC_PACKETS_PER_RUN;
     let mut tx = None;
     while s.req.q.cur != s.req.q.fetched {
         let index = s.req.q.cur;
@@ -451,6 +473,14 @@ pub(crate) fn run(qp: &QpInner, s: &mut QpLocked) -> RunEnd {
                 break;
             }
             part
+        } else if uc {
+            // Nothing acknowledges UC: no window, a budget per run instead.
+            if uc_budget == 0 {
+                s.req.yielded = true;
+                break;
+            }
+            uc_budget -= 1;
+            1
         } else if room == 0 {
             break;
         } else {
@@ -478,8 +508,11 @@ pub(crate) fn run(qp: &QpInner, s: &mut QpLocked) -> RunEnd {
                 place,
             ),
             // No route: a loss the retransmission timer recovers. Without a timer (timeout 0)
-            // the packet waits unsent for the next run instead (a doorbell or an ACK).
-            None if s.req.window.ack_timeout_ns(s.attrs.timeout).is_some() => Err(TxError::Dropped),
+            // the packet waits unsent for the next run instead (a doorbell or an ACK). On UC,
+            // simply a loss.
+            None if uc || s.req.window.ack_timeout_ns(s.attrs.timeout).is_some() => {
+                Err(TxError::Dropped)
+            }
             None => break,
         };
         let ack_req = match sent {
@@ -496,6 +529,13 @@ pub(crate) fn run(qp: &QpInner, s: &mut QpLocked) -> RunEnd {
             req.noack_pkts.saturating_add(1)
         };
         req.q.record_sent(index, psns);
+        if uc && req.q.work(index).fully_sent() {
+            // Complete, whether it arrives or not (IBA 9.8.3): the caller retires it
+            // (`QpInner::run_requester`).
+            let end = req.q.sent_end;
+            req.q.acknowledge_through(end);
+            continue;
+        }
         if new_read {
             // Fits: `reads.len() < max_rd_atomic <= MAX_READ_REQUESTS`, checked above.
             let _ = req.reads.push(ReadRequest {
@@ -588,10 +628,20 @@ fn send_packet(
         ..place
     });
     let solicited = seg.last && wqe.flags & send_flags::SOLICITED != 0;
+    // UC: the same packet under its UC opcode, asking for nothing.
+    let (opcode, ack_req) = if qp.qp_type == QpType::Uc {
+        let uc = seg
+            .opcode
+            .on_uc()
+            .ok_or(TxError::Payload(WcStatus::LocQpOpErr))?;
+        (uc, false)
+    } else {
+        (seg.opcode, ack_req)
+    };
     let frame = Frame {
         av,
         sport: qp.sport,
-        bth: Bth::rc(seg.opcode.0, dest_qpn, seg.psn, ack_req, solicited),
+        bth: Bth::rc(opcode.0, dest_qpn, seg.psn, ack_req, solicited),
         deth: None,
         reth: has_reth.then_some(Reth {
             va: wqe.remote_addr,

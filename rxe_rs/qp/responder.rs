@@ -134,7 +134,7 @@ impl Responder {
 
 /// Why a request fails: the NAK it gets (and the QP goes to the error state).
 #[derive(Clone, Copy)]
-enum Failure {
+pub(super) enum Failure {
     /// Malformed or unexpected: NAK "invalid request".
     Invalid,
     /// Bad R_Key, rights or range: NAK "remote access error".
@@ -246,7 +246,7 @@ impl Carried {
 }
 
 /// Posts the receive completion of the WQE in `s.resp.recv` and retires it.
-fn complete_recv(
+pub(super) fn complete_recv(
     qp: &QpInner,
     s: &mut QpLocked,
     status: WcStatus,
@@ -564,18 +564,23 @@ pub(crate) fn refusal_counter(r: Refusal) -> Counter {
     }
 }
 
-/// Checks that `d` may act on the QP at all: its connected peer, RC, our partition. Dropped
-/// silently otherwise, as rdma_rxe does (a NAK would answer whoever forged it).
-pub(crate) fn check_admitted(s: &QpLocked, d: &Datagram<'_>) -> core::result::Result<(), Counter> {
+/// Checks that `d` may act on the QP at all: its connected peer, the QP's transport, our
+/// partition. Dropped silently otherwise, as rdma_rxe does (a NAK would answer whoever forged
+/// it).
+pub(crate) fn check_admitted(
+    s: &QpLocked,
+    d: &Datagram<'_>,
+    transport: Transport,
+) -> core::result::Result<(), Counter> {
     let av = s.attrs.av.as_ref().ok_or(Counter::RcvdQpNotReady)?;
-    admit(d, Transport::Rc, limits::DEFAULT_PKEY, av).map_err(refusal_counter)
+    admit(d, transport, limits::DEFAULT_PKEY, av).map_err(refusal_counter)
 }
 
 fn handle_request_locked(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) -> Counter {
     if !answers_requests(s) {
         return Counter::RcvdQpNotReady;
     }
-    if let Err(counter) = check_admitted(s, d) {
+    if let Err(counter) = check_admitted(s, d, Transport::Rc) {
         return counter;
     }
     let psn = d.bth.psn;
@@ -611,21 +616,7 @@ fn handle_request_locked(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) 
         fail(qp, s, Failure::Invalid, psn);
         return Counter::RcvdUnsupported;
     }
-    let reth = if d.info.reth {
-        Reth::parse(d.ext_headers)
-    } else {
-        None
-    };
-    // ImmDt and IETH are the last 4 bytes of the extended headers (never both).
-    let last_word: Option<[u8; 4]> = d
-        .ext_headers
-        .get(d.ext_headers.len().saturating_sub(4)..)
-        .and_then(|b| b.try_into().ok());
-    let imm = last_word.filter(|_| d.info.immdt);
-    let carried = match last_word {
-        Some(rkey) if d.info.ieth => Carried::Invalidated(u32::from_be_bytes(rkey)),
-        _ => Carried::imm(imm),
-    };
+    let (reth, imm, carried) = extended_headers(d);
     let result = if d.info.is_send {
         execute_send(qp, s, d, carried)
     } else if d.info.is_write {
@@ -664,7 +655,11 @@ fn handle_request_locked(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) 
             }
             Counter::RcvdPkts
         }
-        Ok(Outcome::NotReady) => Counter::RcvdRnr,
+        Ok(Outcome::NotReady) => {
+            // Not executed: the requester sends it again after the RNR timer.
+            rnr_nak(qp, s, psn);
+            Counter::RcvdRnr
+        }
         Err(f) => {
             if let Failure::Local(status) = f {
                 complete_recv(qp, s, status, wc_opcode::RECV, 0, Carried::Nothing, false);
@@ -675,17 +670,38 @@ fn handle_request_locked(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) 
     }
 }
 
+/// The RETH, immediate data and what a receive completion carries, from a request's extended
+/// headers.
+pub(super) fn extended_headers(d: &Datagram<'_>) -> (Option<Reth>, Option<[u8; 4]>, Carried) {
+    let reth = if d.info.reth {
+        Reth::parse(d.ext_headers)
+    } else {
+        None
+    };
+    // ImmDt and IETH are the last 4 bytes of the extended headers (never both).
+    let last_word: Option<[u8; 4]> = d
+        .ext_headers
+        .get(d.ext_headers.len().saturating_sub(4)..)
+        .and_then(|b| b.try_into().ok());
+    let imm = last_word.filter(|_| d.info.immdt);
+    let carried = match last_word {
+        Some(rkey) if d.info.ieth => Carried::Invalidated(u32::from_be_bytes(rkey)),
+        _ => Carried::imm(imm),
+    };
+    (reth, imm, carried)
+}
+
 /// What executing a request came to.
-enum Outcome {
+pub(super) enum Outcome {
     /// Executed: acknowledge if asked.
     Done,
     /// An RDMA READ of this many bytes was queued for its responses.
     Read(u32),
-    /// No receive WQE: an RNR NAK went back and the request was not executed.
+    /// No receive WQE: the request was not executed (RC answers with an RNR NAK).
     NotReady,
 }
 
-type Executed = core::result::Result<Outcome, Failure>;
+pub(super) type Executed = core::result::Result<Outcome, Failure>;
 
 /// The RNR case: no receive WQE for a message that needs one.
 struct Rnr;
@@ -711,11 +727,15 @@ fn rnr_nak(qp: &QpInner, s: &mut QpLocked, psn: Psn) {
     send_ack(qp, s, Syndrome::RnrNak { timer }, psn);
 }
 
-fn execute_send(qp: &QpInner, s: &mut QpLocked, d: &Datagram<'_>, carried: Carried) -> Executed {
+/// A SEND packet: its payload after what the receive WQE holds, completed by its last packet.
+pub(super) fn execute_send(
+    qp: &QpInner,
+    s: &mut QpLocked,
+    d: &Datagram<'_>,
+    carried: Carried,
+) -> Executed {
     if d.info.is_first {
         if let Err(Rnr) = need_recv(qp, s)? {
-            // Not executed: the requester sends it again after the RNR timer.
-            rnr_nak(qp, s, d.bth.psn);
             return Ok(Outcome::NotReady);
         }
     }
@@ -743,7 +763,8 @@ fn execute_send(qp: &QpInner, s: &mut QpLocked, d: &Datagram<'_>, carried: Carri
     Ok(Outcome::Done)
 }
 
-fn execute_write(
+/// An RDMA WRITE packet: its payload into the MR the message's first packet named.
+pub(super) fn execute_write(
     qp: &QpInner,
     s: &mut QpLocked,
     d: &Datagram<'_>,
@@ -764,7 +785,6 @@ fn execute_write(
     // of that packet lands, so that the retry finds everything as it was.
     if imm.is_some() {
         if let Err(Rnr) = need_recv(qp, s)? {
-            rnr_nak(qp, s, d.bth.psn);
             return Ok(Outcome::NotReady);
         }
     }

@@ -51,20 +51,21 @@ def pattern(n, seed):
 
 
 class Side:
-    """One end: a PD, a CQ and an RC QP."""
+    """One end: a PD, a CQ and a connected QP (RC, or UC)."""
 
-    def __init__(self, ctx, cqe=64, wr_api=False, send_wr=16):
+    def __init__(self, ctx, cqe=64, wr_api=False, send_wr=16, qp_type=e.IBV_QPT_RC):
         self.pd = PD(ctx)
         self.cq = CQ(ctx, cqe)
+        self.qp_type = qp_type
         cap = QPCap(max_send_wr=send_wr, max_recv_wr=16, max_send_sge=4, max_recv_sge=4, max_inline_data=64)
         if wr_api:
             # The extended QP: work requests are built with ibv_wr_*.
-            attr = QPInitAttrEx(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap, pd=self.pd,
+            attr = QPInitAttrEx(qp_type=qp_type, scq=self.cq, rcq=self.cq, cap=cap, pd=self.pd,
                                 comp_mask=e.IBV_QP_INIT_ATTR_PD | e.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
                                 send_ops_flags=WR_API_OPS)
             self.qp = QPEx(ctx, attr)
         else:
-            self.qp = QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap))
+            self.qp = QP(self.pd, QPInitAttr(qp_type=qp_type, scq=self.cq, rcq=self.cq, cap=cap))
 
     def mr(self, size, access=RW, fill=GUARD):
         mr = MR(self.pd, size, access)
@@ -75,7 +76,19 @@ class Side:
         init = QPAttr(qp_state=e.IBV_QPS_INIT)
         init.pkey_index, init.port_num = 0, 1
         init.qp_access_flags = e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+        if self.qp_type == e.IBV_QPT_UC:
+            init.qp_access_flags = e.IBV_ACCESS_REMOTE_WRITE
         self.qp.modify(init, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
+        if self.qp_type == e.IBV_QPT_UC:
+            # What UC has of RTR and RTS: no READs, timers or retries.
+            rtr = QPAttr(qp_state=e.IBV_QPS_RTR)
+            rtr.path_mtu, rtr.dest_qp_num, rtr.rq_psn = e.IBV_MTU_1024, peer_qpn, 0x10
+            rtr.ah_attr = AHAttr(is_global=1, port_num=1, gr=GlobalRoute(dgid=gid, sgid_index=gid_index, hop_limit=64))
+            self.qp.modify(rtr, e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN | e.IBV_QP_RQ_PSN)
+            rts = QPAttr(qp_state=e.IBV_QPS_RTS)
+            rts.sq_psn = 0x10
+            self.qp.modify(rts, e.IBV_QP_STATE | e.IBV_QP_SQ_PSN)
+            return
         rtr = QPAttr(qp_state=e.IBV_QPS_RTR)
         rtr.path_mtu, rtr.dest_qp_num, rtr.rq_psn = e.IBV_MTU_1024, peer_qpn, 0x10
         rtr.max_dest_rd_atomic, rtr.min_rnr_timer = 4, 1

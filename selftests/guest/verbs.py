@@ -80,7 +80,8 @@ def qp_types_unsupported(ctx):
     pd = PD(ctx)
     cq = CQ(ctx, 16)
     cap = QPCap(max_send_wr=4, max_recv_wr=4, max_send_sge=1, max_recv_sge=1)
-    for qpt in (e.IBV_QPT_UC,):
+    # (UC is offered: guest/uc.py.)
+    for qpt in (e.IBV_QPT_RAW_PACKET,):
         expect_errno(errno.EOPNOTSUPP, QP, pd, QPInitAttr(qp_type=qpt, scq=cq, rcq=cq, cap=cap))
 
 
@@ -227,6 +228,40 @@ def mr_limits_reported(ctx):
         sys.exit(f"max_mr {attr.max_mr} max_pd {attr.max_pd} max_mr_size {attr.max_mr_size}")
 
 
+def possible_cpus():
+    """CPUs the kernel may ever bring online (/sys/devices/system/cpu/possible, e.g. "0-1")."""
+    with open("/sys/devices/system/cpu/possible") as f:
+        n = 0
+        for part in f.read().strip().split(","):
+            lo, _, hi = part.partition("-")
+            n += int(hi or lo) - int(lo) + 1
+        return n
+
+
+def comp_vectors_per_cpu(ctx):
+    """One completion vector per possible CPU, as rdma_rxe: a CQ on the last one works, one past
+    it is refused (EINVAL, by the RDMA core)."""
+    n = possible_cpus()
+    if ctx.num_comp_vectors != n:
+        sys.exit(f"num_comp_vectors {ctx.num_comp_vectors}, want {n} (one per possible CPU)")
+    CQ(ctx, 16, None, None, n - 1).close()
+    expect_errno(errno.EINVAL, CQ, ctx, 16, None, None, n)
+
+
+def qp_ex_create_flags_none(ctx):
+    """ibv_create_qp_ex with IBV_QP_INIT_ATTR_CREATE_FLAGS and no flag set creates the QP; a
+    flag we do not offer is refused (EOPNOTSUPP)."""
+    from pyverbs.qp import QP, QPCap, QPInitAttrEx
+    pd = PD(ctx)
+    cq = CQ(ctx, 16)
+    cap = QPCap(max_send_wr=4, max_recv_wr=4, max_send_sge=1, max_recv_sge=1)
+    attr = QPInitAttrEx(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap, pd=pd,
+                        comp_mask=e.IBV_QP_INIT_ATTR_PD | e.IBV_QP_INIT_ATTR_CREATE_FLAGS, create_flags=0)
+    QP(ctx, attr).close()
+    attr.create_flags = e.IBV_QP_CREATE_SCATTER_FCS
+    expect_errno(errno.EOPNOTSUPP, QP, ctx, attr)
+
+
 def many_cqs(ctx):
     cqs = [CQ(ctx, 64) for _ in range(64)]
     for cq in cqs:
@@ -236,7 +271,8 @@ def many_cqs(ctx):
 CHECKS = {f.__name__: f for f in [pd_alloc_dealloc, cq_create_poll_empty, cq_bad_sizes,
                                    cq_with_channel_arms, many_cqs, mr_register_keys,
                                    mr_bad_access, mr_limits_reported, qp_types_unsupported,
-                                   qp_caps, qp_state_machine, post_send_states]}
+                                   qp_caps, qp_state_machine, post_send_states,
+                                   comp_vectors_per_cpu, qp_ex_create_flags_none]}
 
 if __name__ == "__main__":
     device, check = sys.argv[1], sys.argv[2]

@@ -2,8 +2,8 @@
 # RC and UD between two VMs (scripts/vm-pair.sh), in three pairings in one boot: rxe_rs on both
 # ends, rxe_rs (A) with the C rdma_rxe (B), and rdma_rxe (A) with rxe_rs (B). With rdma_rxe:
 # ibv_rc_pingpong with payload checking (-c) at 1 B..1 MiB, with and without completion events
-# (-e); perftest send/write/read bandwidth and latency, and a stream of 2000 small WRITEs;
-# ibv_ud_pingpong at 1 B and the MTU, perftest UD send bandwidth and latency, and pair_ud.py,
+# (-e); perftest send/write/read bandwidth and latency, and a stream of 2000 small WRITEs; UC:
+# ibv_uc_pingpong -c, perftest WRITE bandwidth and SEND latency; ibv_ud_pingpong at 1 B and the MTU, perftest UD send bandwidth and latency, and pair_ud.py,
 # which checks every UD byte and echoes through ibv_create_ah_from_wc; over rdma_cm (ib_cm MADs
 # on QP1): rping -V and ucmatose over IPv4 and IPv6, udaddy, mckey (multicast from B to A: 10
 # must arrive, from up to 5 rounds of 30; an rdma_rxe B sends with mcast_send.py),
@@ -34,8 +34,9 @@ cases() {
 # rdma_rxe does as well for rxe_rs's half. What only rxe_rs on both ends runs: its provider's
 # doorbell skipping and its responder's ACK thinning in one stream (counted), RC at one packet
 # and at 1 MiB, with and without events, bandwidth both ways (READ: responses from A), UD bytes
-# (pair_ud.py), rdma_cm across hosts (rping over IPv6, SIDR, a killed client's disconnect).
-self_cases='^(ibv_rc_pingpong -c -s 1 |ibv_rc_pingpong -c -e -s 1048576|ib_(write|read)_bw -F|counted|pair_ud.py|cm (rping6|disconnect)$|ib_send_lat -c UD -R)'
+# (pair_ud.py), rdma_cm across hosts (rping over IPv6, SIDR, a killed client's disconnect), and
+# the UC pingpong (guest/uc.py checks UC's bytes and drops over loopback).
+self_cases='^(ibv_rc_pingpong -c -s 1 |ibv_rc_pingpong -c -e -s 1048576|ib_(write|read)_bw -F|counted|pair_ud.py|cm (rping6|disconnect)$|ib_send_lat -c UD -R|ibv_uc_pingpong)'
 
 all_cases() {
 	local size events t
@@ -55,6 +56,12 @@ all_cases() {
 	done
 	# A stream of small WRITEs, with the counters that show what it cost (counted_exchange).
 	echo "counted ib_write_bw -F -s 64 -n 2000"
+	# UC: nothing acknowledges it, so a packet the link loses (the host's socket buffer under
+	# load) loses its message for good: one message at a time, where that is unlikely, and WRITE
+	# bandwidth, where nobody waits for the messages themselves.
+	echo "ibv_uc_pingpong -c -s 4096 -n 10"
+	echo "ib_write_bw -c UC -F -s 16384 -n 20"
+	echo "ib_send_lat -c UC -F -s 64 -n 20"
 	# UD: one packet per message, at most the path MTU (1024 on the pair's 1500-byte link).
 	echo "ibv_ud_pingpong -s 1 -n 10"
 	echo "ibv_ud_pingpong -e -s 1024 -n 10"

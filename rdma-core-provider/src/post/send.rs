@@ -178,8 +178,9 @@ pub unsafe extern "C" fn post_send(
                 | IBV_WR_BIND_MW
         );
         // SAFETY: `ibqp` is a live QP of ours.
-        let ud = unsafe { (*ibqp).qp_type } == IBV_QPT_UD;
-        let for_type = !ud || matches!(w.opcode, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM);
+        let qp_type = unsafe { (*ibqp).qp_type };
+        let ud = qp_type == IBV_QPT_UD;
+        let for_type = opcode_for_type(w.opcode, qp_type);
         if !supported || !for_type || w.num_sge < 0 {
             ret = libc::EINVAL;
             break;
@@ -572,20 +573,37 @@ unsafe extern "C" fn wr_set_inline_data_list(
     unsafe { set_data(qpx, &sges, true) };
 }
 
-/// Whether we offer every `ibv_qp_ex` operation `flags` asks for (`send_ops_flags`): a UD QP
-/// only sends.
-pub fn supported_send_ops(flags: u64, ud: bool) -> bool {
+/// Whether a QP of `qp_type` carries WRs of `opcode` (RC all we offer; UC SENDs, WRITEs and
+/// window binds; UD SENDs).
+fn opcode_for_type(opcode: u32, qp_type: u32) -> bool {
+    match qp_type {
+        IBV_QPT_UD => matches!(opcode, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM),
+        IBV_QPT_UC => matches!(
+            opcode,
+            IBV_WR_SEND
+                | IBV_WR_SEND_WITH_IMM
+                | IBV_WR_RDMA_WRITE
+                | IBV_WR_RDMA_WRITE_WITH_IMM
+                | IBV_WR_BIND_MW
+        ),
+        _ => true,
+    }
+}
+
+/// Whether we offer every `ibv_qp_ex` operation `flags` asks for (`send_ops_flags`) on a QP of
+/// `qp_type`: a UD QP only sends, a UC QP sends, writes and binds windows.
+pub fn supported_send_ops(flags: u64, qp_type: u32) -> bool {
     let sends = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
-    let ours = if ud {
-        sends
-    } else {
-        sends
-            | IBV_QP_EX_WITH_RDMA_WRITE
-            | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
-            | IBV_QP_EX_WITH_RDMA_READ
-            | IBV_QP_EX_WITH_SEND_WITH_INV
-            | IBV_QP_EX_WITH_LOCAL_INV
-            | IBV_QP_EX_WITH_BIND_MW
+    let uc = sends
+        | IBV_QP_EX_WITH_RDMA_WRITE
+        | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+        | IBV_QP_EX_WITH_BIND_MW;
+    let ours = match qp_type {
+        IBV_QPT_UD => sends,
+        IBV_QPT_UC => uc,
+        _ => {
+            uc | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_LOCAL_INV
+        }
     };
     flags & !u64::from(ours) == 0
 }

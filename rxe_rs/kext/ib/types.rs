@@ -257,6 +257,8 @@ impl bindings::ib_port_attr {
 pub(crate) enum QpType {
     /// Reliable connected.
     Rc = bindings::ib_qp_type_IB_QPT_RC,
+    /// Unreliable connected: RC's SENDs and WRITEs without acknowledgements.
+    Uc = bindings::ib_qp_type_IB_QPT_UC,
     /// Unreliable datagram.
     Ud = bindings::ib_qp_type_IB_QPT_UD,
     /// The general services QP (QP1), a UD QP that carries MADs; created by ib_mad.
@@ -268,6 +270,11 @@ impl QpType {
     pub(crate) fn is_datagram(self) -> bool {
         matches!(self, Self::Ud | Self::Gsi)
     }
+
+    /// RC or UC: a connection to one peer QP, set by `modify_qp`.
+    pub(crate) fn is_connected(self) -> bool {
+        matches!(self, Self::Rc | Self::Uc)
+    }
 }
 
 impl bindings::ib_qp_init_attr {
@@ -275,6 +282,7 @@ impl bindings::ib_qp_init_attr {
     pub(crate) fn qp_type(&self) -> Option<QpType> {
         match self.qp_type {
             bindings::ib_qp_type_IB_QPT_RC => Some(QpType::Rc),
+            bindings::ib_qp_type_IB_QPT_UC => Some(QpType::Uc),
             bindings::ib_qp_type_IB_QPT_UD => Some(QpType::Ud),
             bindings::ib_qp_type_IB_QPT_GSI => Some(QpType::Gsi),
             _ => None,

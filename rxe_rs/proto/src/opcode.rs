@@ -128,6 +128,16 @@ impl OpInfo {
 }
 
 impl Opcode {
+    /// The same SEND or RDMA WRITE packet on UC, whose opcodes are RC's plus 0x20 (IBA table
+    /// 38); `None` for what UC does not carry (READ, atomics, responses, invalidation).
+    pub const fn on_uc(self) -> Option<Self> {
+        if self.0 <= Self::RC_WRITE_ONLY_IMM.0 {
+            Some(Self(self.0 | 0x20))
+        } else {
+            None
+        }
+    }
+
     /// What the opcode is, or `None` for opcodes we do not implement (RD, XRC, CNP,
     /// reserved): such packets are dropped before any length is computed from them.
     pub const fn info(self) -> Option<OpInfo> {
@@ -315,6 +325,32 @@ impl Opcode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uc_opcodes_are_rc_sends_and_writes_moved() {
+        for op in 0..=0x0bu8 {
+            let uc = Opcode(op).on_uc().unwrap();
+            assert_eq!(uc.0, 0x20 + op);
+            let (rc, uc) = (Opcode(op).info().unwrap(), uc.info().unwrap());
+            assert_eq!(uc.transport, Some(Transport::Uc));
+            assert_eq!(
+                OpInfo {
+                    transport: Some(Transport::Rc),
+                    ..uc
+                },
+                rc
+            );
+        }
+        for op in [
+            Opcode::RC_READ_REQUEST,
+            Opcode::RC_ACK,
+            Opcode::RC_CMP_SWAP,
+            Opcode::RC_SEND_ONLY_INV,
+        ] {
+            assert_eq!(op.on_uc(), None);
+        }
+        assert_eq!(Opcode(0x2c).info(), None, "no UC READ");
+    }
 
     #[test]
     fn header_lengths_match_the_iba_tables() {

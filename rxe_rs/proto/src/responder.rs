@@ -1,6 +1,7 @@
 //! The responder's first decision about an incoming request (IBA 9.7.5.1, 9.7.5.2): execute it,
 //! treat it as a duplicate, NAK it as out of sequence, or NAK it as an invalid request, and how
-//! its state moves on after execution.
+//! its state moves on after execution. A UC responder (IBA 9.8.3) answers nothing: it executes
+//! a packet or drops it with the rest of its message.
 // Values from the wire: no arithmetic that can overflow, wrap or divide by zero unchecked.
 #![deny(clippy::arithmetic_side_effects)]
 
@@ -32,6 +33,8 @@ pub struct ResponderSeq {
     pub msn: u32,
     /// The message being received.
     pub in_progress: InProgress,
+    /// UC: the message being received is lost; its packets are dropped until a new one starts.
+    pub dropping: bool,
 }
 
 /// What to do with a request packet.
@@ -48,7 +51,29 @@ pub enum Verdict {
     InvalidRequest,
 }
 
+/// What a UC responder does with a request packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UcVerdict {
+    /// Execute it.
+    Execute,
+    /// Drop it: its message is lost (a packet of it went missing, it is malformed, or it
+    /// continues a message that was never started).
+    Drop,
+}
+
+/// A UC decision, and whether it cut short a message in progress: what that message placed
+/// is forgotten (the receive WQE it was filling takes the next message from its start).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UcDecision {
+    /// What to do with the packet.
+    pub verdict: UcVerdict,
+    /// A message in progress ends here without its last packet.
+    pub abandons: bool,
+}
+
 fn continues(op: Opcode, in_progress: InProgress) -> bool {
+    // The same operation codes for RC and UC (the transport is the top 3 bits).
+    let op = Opcode(op.0 & 0x1f);
     match in_progress {
         InProgress::Nothing => false,
         InProgress::Send => matches!(
@@ -64,6 +89,19 @@ fn continues(op: Opcode, in_progress: InProgress) -> bool {
                 Opcode::RC_WRITE_MIDDLE | Opcode::RC_WRITE_LAST | Opcode::RC_WRITE_LAST_IMM
             )
         }
+    }
+}
+
+/// FIRST and MIDDLE packets carry exactly one MTU; LAST and ONLY at most one; a packet without
+/// payload none.
+fn length_ok(info: &OpInfo, payload: u32, mtu: IbMtu) -> bool {
+    let mtu = mtu.bytes();
+    if !info.has_payload {
+        payload == 0
+    } else if info.is_last {
+        payload <= mtu
+    } else {
+        payload == mtu
     }
 }
 
@@ -97,17 +135,62 @@ impl ResponderSeq {
         if !ok_sequence {
             return Verdict::InvalidRequest;
         }
-        // FIRST and MIDDLE packets are exactly one MTU; LAST and ONLY at most one.
-        let mtu = mtu.bytes();
-        let length_ok = if info.is_last {
-            payload <= mtu
-        } else {
-            payload == mtu
-        };
-        if info.has_payload && !length_ok || !info.has_payload && payload != 0 {
+        if !length_ok(info, payload, mtu) {
             return Verdict::InvalidRequest;
         }
         Verdict::Execute
+    }
+
+    /// Classifies a UC request (as [`Self::classify`]). Nothing is ever answered: a packet
+    /// after a gap, out of its message's order or of the wrong length is dropped with the rest
+    /// of its message, and the next FIRST or ONLY packet starts over at its own PSN, as
+    /// rdma_rxe and IBA 9.8.3.1 have it.
+    pub fn classify_uc(
+        &mut self,
+        op: Opcode,
+        info: &OpInfo,
+        psn: Psn,
+        payload: u32,
+        mtu: IbMtu,
+    ) -> UcDecision {
+        let abandons = self.in_progress != InProgress::Nothing;
+        let drop = |s: &mut Self| {
+            s.drop_message();
+            UcDecision {
+                verdict: UcVerdict::Drop,
+                abandons,
+            }
+        };
+        if info.transport != Some(Transport::Uc) || !info.is_request {
+            return drop(self);
+        }
+        let in_sequence = !self.dropping && psn == self.epsn;
+        if info.is_first && (!in_sequence || abandons) {
+            // A new message: whatever came before it is over.
+            self.in_progress = InProgress::Nothing;
+            self.dropping = false;
+            self.epsn = psn;
+        } else if !in_sequence {
+            return drop(self);
+        }
+        let ok_sequence = if self.in_progress == InProgress::Nothing {
+            info.is_first
+        } else {
+            continues(op, self.in_progress)
+        };
+        if !ok_sequence || !length_ok(info, payload, mtu) {
+            return drop(self);
+        }
+        UcDecision {
+            verdict: UcVerdict::Execute,
+            abandons: abandons && info.is_first,
+        }
+    }
+
+    /// UC: the message being received is lost (a packet of it could not be executed).
+    pub fn drop_message(&mut self) {
+        self.in_progress = InProgress::Nothing;
+        self.dropping = true;
     }
 
     /// The state after executing `info`; `read_len` is the DMA length of an RDMA READ request
@@ -269,5 +352,101 @@ mod tests {
         );
         s.advance(&info, 3000, MTU);
         assert_eq!((s.epsn.get(), s.msn), (13, 1));
+    }
+
+    fn uc(seq: &mut ResponderSeq, op: u8, psn: u32, payload: u32) -> (UcVerdict, bool) {
+        let op = Opcode(op);
+        let info = op.info().unwrap();
+        let d = seq.classify_uc(op, &info, Psn::new(psn), payload, MTU);
+        if d.verdict == UcVerdict::Execute {
+            seq.advance(&info, 0, MTU);
+        }
+        (d.verdict, d.abandons)
+    }
+
+    const UC_SEND_FIRST: u8 = 0x20;
+    const UC_SEND_MIDDLE: u8 = 0x21;
+    const UC_SEND_LAST: u8 = 0x22;
+    const UC_SEND_ONLY: u8 = 0x24;
+    const UC_WRITE_FIRST: u8 = 0x26;
+    const UC_WRITE_LAST: u8 = 0x28;
+    const UC_WRITE_ONLY_IMM: u8 = 0x2b;
+    use UcVerdict::{Drop, Execute};
+
+    #[test]
+    fn uc_executes_in_order_and_starts_anywhere() {
+        let mut s = ResponderSeq::default();
+        // The first message sets the expected PSN: UC has no PSN handshake to trust.
+        assert_eq!(uc(&mut s, UC_SEND_FIRST, 100, 1024), (Execute, false));
+        assert_eq!(uc(&mut s, UC_SEND_MIDDLE, 101, 1024), (Execute, false));
+        assert_eq!(uc(&mut s, UC_SEND_LAST, 102, 1), (Execute, false));
+        assert_eq!(uc(&mut s, UC_WRITE_ONLY_IMM, 103, 8), (Execute, false));
+        assert_eq!((s.epsn.get(), s.in_progress), (104, InProgress::Nothing));
+    }
+
+    #[test]
+    fn uc_a_lost_packet_loses_its_message_only() {
+        let mut s = ResponderSeq::default();
+        assert_eq!(uc(&mut s, UC_SEND_FIRST, 0, 1024), (Execute, false));
+        // PSN 1 lost: 2 and 3 belong to the same message and go too.
+        assert_eq!(uc(&mut s, UC_SEND_MIDDLE, 2, 1024), (Drop, true));
+        assert_eq!(uc(&mut s, UC_SEND_LAST, 3, 10), (Drop, false));
+        // A late PSN 1 is no better: the message is gone.
+        assert_eq!(uc(&mut s, UC_SEND_MIDDLE, 1, 1024), (Drop, false));
+        // The next message starts over.
+        assert_eq!(uc(&mut s, UC_SEND_ONLY, 4, 10), (Execute, false));
+        assert_eq!(s.epsn.get(), 5);
+    }
+
+    #[test]
+    fn uc_a_new_message_cuts_short_an_unfinished_one() {
+        let mut s = ResponderSeq::default();
+        assert_eq!(uc(&mut s, UC_SEND_FIRST, 0, 1024), (Execute, false));
+        // The LAST packet (1) was lost and the next message's FIRST arrives: that message is
+        // taken, the unfinished one abandoned.
+        assert_eq!(uc(&mut s, UC_WRITE_FIRST, 2, 1024), (Execute, true));
+        assert_eq!(s.in_progress, InProgress::Write);
+        assert_eq!(uc(&mut s, UC_WRITE_LAST, 3, 5), (Execute, false));
+        // A FIRST right after a FIRST, in sequence, abandons the first too.
+        assert_eq!(uc(&mut s, UC_SEND_FIRST, 4, 1024), (Execute, false));
+        assert_eq!(uc(&mut s, UC_SEND_FIRST, 5, 1024), (Execute, true));
+    }
+
+    #[test]
+    fn uc_drops_malformed_and_foreign_packets() {
+        let mut s = ResponderSeq::default();
+        assert_eq!(
+            uc(&mut s, UC_SEND_MIDDLE, 0, 1024),
+            (Drop, false),
+            "no FIRST"
+        );
+        assert_eq!(
+            uc(&mut s, UC_SEND_ONLY, 0, 2000),
+            (Drop, false),
+            "over the MTU"
+        );
+        assert_eq!(uc(&mut s, UC_SEND_ONLY, 0, 10), (Execute, false));
+        assert_eq!(uc(&mut s, UC_WRITE_FIRST, 1, 1024), (Execute, false));
+        assert_eq!(
+            uc(&mut s, UC_SEND_LAST, 2, 4),
+            (Drop, true),
+            "SEND inside a WRITE"
+        );
+        assert_eq!(
+            uc(&mut s, Opcode::RC_SEND_ONLY.0, 3, 4),
+            (Drop, false),
+            "RC"
+        );
+        assert_eq!(uc(&mut s, UC_SEND_ONLY, 3, 4), (Execute, false));
+    }
+
+    #[test]
+    fn uc_a_failed_packet_drops_the_rest_of_its_message() {
+        let mut s = ResponderSeq::default();
+        assert_eq!(uc(&mut s, UC_WRITE_FIRST, 0, 1024), (Execute, false));
+        // Its execution failed (say, the R_Key): the caller drops the message.
+        s.drop_message();
+        assert_eq!(uc(&mut s, UC_WRITE_LAST, 1, 10), (Drop, false));
+        assert_eq!(uc(&mut s, UC_SEND_ONLY, 2, 10), (Execute, false));
     }
 }
