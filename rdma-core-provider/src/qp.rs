@@ -153,7 +153,7 @@ pub unsafe extern "C" fn create_qp_ex(
     ctx: *mut ibv_context,
     attr: *mut ibv_qp_init_attr_ex,
 ) -> *mut ibv_qp {
-    // SAFETY: valid attributes (copied: the call below changes the mask for a while).
+    // SAFETY: valid attributes.
     let a = unsafe { *attr };
     // Create flags are accepted when none is set (we offer none: the kernel refuses any).
     let known =
@@ -171,25 +171,25 @@ pub unsafe extern "C" fn create_qp_ex(
     let mut cmd = ibv_create_qp::default();
     let mut resp = CreateQpRespFull::default();
     // No flag is no flag: the command we send has no field for them, and libibverbs refuses
-    // the mask bit for it. The caller's mask is put back after.
-    // SAFETY: `attr` is the caller's, writable for the call (libibverbs writes the caps back).
-    unsafe { (*attr).comp_mask &= !IBV_QP_INIT_ATTR_CREATE_FLAGS };
+    // the mask bit for it. A copy without the bit goes down (the caller's attributes may be
+    // shared between threads); the granted capacities are copied back.
+    let mut sent = a;
+    sent.comp_mask &= !IBV_QP_INIT_ATTR_CREATE_FLAGS;
     // SAFETY: valid context, QP (a `verbs_qp` first), attributes and buffers of the sizes passed.
     let ret = unsafe {
         ibv_cmd_create_qp_ex(
             ctx,
             &mut (*qp).verbs,
-            attr,
+            &mut sent,
             &mut cmd,
             size_of_val(&cmd),
             &mut resp.core,
             size_of_val(&resp),
         )
     };
-    if with_flags {
-        // SAFETY: as above.
-        unsafe { (*attr).comp_mask |= IBV_QP_INIT_ATTR_CREATE_FLAGS };
-    }
+    // SAFETY: the caller's attributes, valid and writable (ibv_create_qp_ex reports the
+    // capacities granted there).
+    unsafe { (*attr).cap = sent.cap };
     if ret != 0 {
         // SAFETY: never published.
         drop(unsafe { Box::from_raw(qp) });

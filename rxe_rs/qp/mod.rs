@@ -589,29 +589,33 @@ impl QpInner {
                 QpType::Rc | QpType::Uc => requester::run(self, s),
                 QpType::Ud | QpType::Gsi => datagram::send(self, s),
             };
+            if self.qp_type == QpType::Uc {
+                // Nothing acknowledges UC: what went out whole completes now, before a failure
+                // flushes what follows it.
+                completer::retire_sent(self, &mut s.req);
+            }
             match end {
                 RunEnd::Idle => {}
-                RunEnd::Failed(index, status) => {
-                    // UC: what went out before it completed (the failure flushes the rest).
-                    if self.qp_type == QpType::Uc {
-                        completer::retire_sent(self, &mut s.req);
-                    }
-                    return self.fail(s, index, status);
-                }
+                RunEnd::Failed(index, status) => return self.fail(s, index, status),
                 RunEnd::BrokenRing => return self.fatal(s),
+            }
+            if self.qp_type == QpType::Uc {
+                // More was posted than the kernel took copies of (the run ended under its
+                // budget on local operations): the work item goes on, as nothing else would.
+                // Not in SQD, where nothing new may start.
+                if s.attrs.state == QpState::Rts
+                    && self.sq.load(RingIndex::Producer) != s.req.q.fetched
+                {
+                    s.req.yielded = true;
+                }
+                self.check_drained(s);
+                return;
             }
             // Local operations the run executed at the head of the SQ complete now; an
             // invalidation waiting for them may go next.
             if s.req.q.oldest_is_done_local() {
                 completer::retire_done_locals(self, &mut s.req);
                 continue;
-            }
-            if self.qp_type == QpType::Uc {
-                // Nothing acknowledges UC: what went out whole completes now, and SQD may be
-                // drained.
-                completer::retire_sent(self, &mut s.req);
-                self.check_drained(s);
-                return;
             }
             // Whatever is unacknowledged has a timer to resend it: also when this run sent
             // nothing (the window was shut, the READ credits used up) after a timeout had

@@ -53,7 +53,7 @@ def pattern(n, seed):
 class Side:
     """One end: a PD, a CQ and a connected QP (RC, or UC)."""
 
-    def __init__(self, ctx, cqe=64, wr_api=False, send_wr=16, qp_type=e.IBV_QPT_RC):
+    def __init__(self, ctx, cqe=64, wr_api=False, send_wr=16, qp_type=e.IBV_QPT_RC, send_ops=WR_API_OPS):
         self.pd = PD(ctx)
         self.cq = CQ(ctx, cqe)
         self.qp_type = qp_type
@@ -62,7 +62,7 @@ class Side:
             # The extended QP: work requests are built with ibv_wr_*.
             attr = QPInitAttrEx(qp_type=qp_type, scq=self.cq, rcq=self.cq, cap=cap, pd=self.pd,
                                 comp_mask=e.IBV_QP_INIT_ATTR_PD | e.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
-                                send_ops_flags=WR_API_OPS)
+                                send_ops_flags=send_ops)
             self.qp = QPEx(ctx, attr)
         else:
             self.qp = QP(self.pd, QPInitAttr(qp_type=qp_type, scq=self.cq, rcq=self.cq, cap=cap))

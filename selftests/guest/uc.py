@@ -20,8 +20,9 @@ from pyverbs.wr import RecvWR, SGE, SendWR
 import pyverbs.enums as e
 
 import rdma_data
-from rdma_data import (Failed, Scattered, Side, connected, expect, expect_status, first_diff, pattern,
-                       port_counter, run_checks)
+from rdma_data import (Failed, Scattered, Side, connected, expect, expect_status, first_diff, next_async_event,
+                       pattern, port_counter, run_checks)
+from pyverbs.qp import QPAttr
 from roce_send import datagram
 
 UC = e.IBV_QPT_UC
@@ -48,6 +49,19 @@ def counter_moves_by(before, want, what):
         expect(got < want, f"{what}: rcvd_uc_dropped moved by {got}, want {want}")
         time.sleep(0.05)
     raise Failed(f"{what}: rcvd_uc_dropped moved by {dropped() - before}, want {want}")
+
+
+def expect_landed(mr, offset, want, what, timeout=10):
+    """The bytes at `offset` of `mr` become `want`: a UC send completion says the data left,
+    not that it was placed (the receiver may still be at it)."""
+    deadline = time.time() + timeout
+    while True:
+        got = mr.read(len(want), offset)
+        if got == want:
+            return
+        if time.time() > deadline:
+            raise Failed(f"{what}: data differs at byte {first_diff(got, want)} after {timeout} s")
+        time.sleep(0.05)
 
 
 def expect_no_completion(side, what, wait=0.5):
@@ -85,9 +99,8 @@ def send_write_imm_intact(ctx):
     blob = pattern(10000, 22)
     keep = a.start_data(e.IBV_WR_RDMA_WRITE, blob, target)
     expect_status(a.completion("WRITE"), e.IBV_WC_SUCCESS, "WRITE")
-    got = target.read(SIZE, 0)
-    expect(got[:10000] == blob, f"WRITE data differs at byte {first_diff(got[:10000], blob)}")
-    expect(got[10000:] == bytes([rdma_data.GUARD]) * (SIZE - 10000), "the WRITE ran past its end")
+    expect_landed(target, 0, blob, "WRITE")
+    expect(target.read(SIZE - 10000, 10000) == bytes([rdma_data.GUARD]) * (SIZE - 10000), "the WRITE ran past its end")
 
     spare = b.mr(64)
     b.qp.post_recv(RecvWR(wr_id=8, num_sge=1, sg=[SGE(spare.buf, 64, spare.lkey)]))
@@ -148,7 +161,7 @@ def bad_rkey_drops_the_write(ctx):
     expect_rts(b, "the receiver")
     a.start(e.IBV_WR_RDMA_WRITE, [SGE(src.buf, 2048, src.lkey)], target.rkey, target.buf + 100, wr_id=2)
     expect_status(a.completion("the correct WRITE"), e.IBV_WC_SUCCESS, "the correct WRITE")
-    expect(target.read(2048, 100) == pattern(2048, 26), "the correct WRITE's data differs")
+    expect_landed(target, 100, pattern(2048, 26), "the correct WRITE")
 
 
 def inject(ctx, b, *packets):
@@ -198,6 +211,51 @@ def lost_and_cut_short_messages(ctx):
     del keep
 
 
+UC_OPS = e.IBV_QP_EX_WITH_RDMA_WRITE | e.IBV_QP_EX_WITH_SEND
+
+
+def long_write_sqd_and_a_big_batch(ctx):
+    """Past the requester's 128 packets per run: a 1 MiB WRITE (1024 packets) lands whole; moved
+    to SQD during a second one, the QP finishes it and reports SQ_DRAINED; one ibv_wr_* batch of
+    300 WRITEs (more than the 256 WQEs the kernel copies at a time) all complete and land."""
+    a = Side(ctx, wr_api=True, send_wr=512, cqe=512, qp_type=UC, send_ops=UC_OPS)
+    a, b = connected(ctx, a, Side(ctx, qp_type=UC))
+    size = 1 << 20
+    target = b.mr(size)
+    blob = pattern(size, 28)
+    keep = a.start_data(e.IBV_WR_RDMA_WRITE, blob, target)
+    expect_status(a.completion("a 1 MiB WRITE"), e.IBV_WC_SUCCESS, "a 1 MiB WRITE")
+    expect_landed(target, 0, blob, "a 1 MiB WRITE", timeout=30)
+
+    blob2 = pattern(size, 29)
+    keep2 = a.start_data(e.IBV_WR_RDMA_WRITE, blob2, target, wr_id=2)
+    a.qp.modify(QPAttr(qp_state=e.IBV_QPS_SQD), e.IBV_QP_STATE)
+    event = next_async_event(ctx)
+    expect(event == e.IBV_EVENT_SQ_DRAINED, f"async event {event}, want SQ_DRAINED ({e.IBV_EVENT_SQ_DRAINED})")
+    n, wcs = a.cq.poll(1)
+    expect(n == 1 and wcs[0].wr_id == 2 and wcs[0].status == e.IBV_WC_SUCCESS,
+           "SQ_DRAINED came before the WRITE in flight completed")
+    expect_landed(target, 0, blob2, "the WRITE drained in SQD", timeout=30)
+    a.qp.modify(QPAttr(qp_state=e.IBV_QPS_RTS), e.IBV_QP_STATE)
+
+    count, src = 300, a.mr(300 * 8)
+    words = b"".join(i.to_bytes(8, "little") for i in range(1000, 1000 + count))
+    src.write(words, len(words), 0)
+    qp = a.qp
+    qp.wr_start()
+    for i in range(count):
+        qp.wr_id, qp.wr_flags = 100 + i, e.IBV_SEND_SIGNALED
+        qp.wr_rdma_write(target.rkey, target.buf + 8 * i)
+        qp.wr_set_sge(SGE(src.buf + 8 * i, 8, src.lkey))
+    qp.wr_complete()
+    for i in range(count):
+        wc = a.completion(f"WRITE {i} of the batch")
+        expect(wc.status == e.IBV_WC_SUCCESS and wc.wr_id == 100 + i,
+               f"batch completion {i}: wr_id {wc.wr_id} status {wc.status}")
+    expect_landed(target, 0, words, "the batch of 300 WRITEs")
+    del keep, keep2
+
+
 def refuses_what_uc_cannot_carry(ctx):
     """An RDMA READ on a UC QP fails at post (EINVAL), and an extended UC QP asking for READs
     is refused (EOPNOTSUPP), as the provider offers only what UC carries."""
@@ -228,6 +286,7 @@ CHECKS = {
     "uc_no_receive_drops_the_message": no_receive_drops_the_message,
     "uc_bad_rkey_drops_the_write": bad_rkey_drops_the_write,
     "uc_lost_and_cut_short_messages": lost_and_cut_short_messages,
+    "uc_long_write_sqd_and_a_big_batch": long_write_sqd_and_a_big_batch,
     "uc_refuses_what_it_cannot_carry": refuses_what_uc_cannot_carry,
 }
 
