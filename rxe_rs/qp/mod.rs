@@ -763,29 +763,10 @@ impl QpInner {
         sges: impl Iterator<Item = Sge>,
         num_sge: usize,
     ) -> Result {
-        let supported = match self.qp_type {
-            QpType::Uc => matches!(
-                wqe.opcode,
-                send_opcode::SEND
-                    | send_opcode::SEND_WITH_IMM
-                    | send_opcode::RDMA_WRITE
-                    | send_opcode::RDMA_WRITE_WITH_IMM
-            ),
-            QpType::Rc => matches!(
-                wqe.opcode,
-                send_opcode::SEND
-                    | send_opcode::SEND_WITH_IMM
-                    | send_opcode::SEND_WITH_INV
-                    | send_opcode::RDMA_WRITE
-                    | send_opcode::RDMA_WRITE_WITH_IMM
-                    | send_opcode::RDMA_READ
-                    | send_opcode::REG_MR
-                    | send_opcode::LOCAL_INV
-            ),
-            QpType::Ud | QpType::Gsi => {
-                matches!(wqe.opcode, send_opcode::SEND | send_opcode::SEND_WITH_IMM)
-            }
-        };
+        // A kernel consumer registers and invalidates on RC (nvme-rdma, rdma_rw).
+        let supported = requester::carries(self.qp_type, wqe.opcode)
+            || (self.qp_type == QpType::Rc
+                && matches!(wqe.opcode, send_opcode::REG_MR | send_opcode::LOCAL_INV));
         if !supported || num_sge > self.caps.max_send_sge as usize {
             return Err(EINVAL);
         }

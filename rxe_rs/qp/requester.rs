@@ -217,30 +217,7 @@ impl Requester {
         wqe: SendWqe,
     ) -> core::result::Result<(SendWqe, u32), WcStatus> {
         let slot = self.q.slot(index);
-        let supported = matches!(
-            wqe.opcode,
-            send_opcode::SEND
-                | send_opcode::SEND_WITH_IMM
-                | send_opcode::SEND_WITH_INV
-                | send_opcode::RDMA_WRITE
-                | send_opcode::RDMA_WRITE_WITH_IMM
-                | send_opcode::RDMA_READ
-        );
-        // UD carries SENDs only (one packet each); UC SENDs and WRITEs, without invalidation.
-        let for_type = match qp.qp_type {
-            QpType::Rc => true,
-            QpType::Uc => matches!(
-                wqe.opcode,
-                send_opcode::SEND
-                    | send_opcode::SEND_WITH_IMM
-                    | send_opcode::RDMA_WRITE
-                    | send_opcode::RDMA_WRITE_WITH_IMM
-            ),
-            QpType::Ud | QpType::Gsi => {
-                matches!(wqe.opcode, send_opcode::SEND | send_opcode::SEND_WITH_IMM)
-            }
-        };
-        if !supported || !for_type {
+        if !carries(qp.qp_type, wqe.opcode) {
             return Err(WcStatus::LocQpOpErr);
         }
         let inline = wqe.flags & send_flags::INLINE != 0;
@@ -298,6 +275,32 @@ impl Requester {
             wqe.num_sge = 0;
         }
         Ok((wqe, len as u32))
+    }
+}
+
+/// Whether a QP of `qp_type` carries messages of send opcode `opcode`: RC every one we offer,
+/// UC SENDs and WRITEs (without invalidation), UD SENDs (one packet each).
+pub(crate) fn carries(qp_type: QpType, opcode: u32) -> bool {
+    match qp_type {
+        QpType::Rc => matches!(
+            opcode,
+            send_opcode::SEND
+                | send_opcode::SEND_WITH_IMM
+                | send_opcode::SEND_WITH_INV
+                | send_opcode::RDMA_WRITE
+                | send_opcode::RDMA_WRITE_WITH_IMM
+                | send_opcode::RDMA_READ
+        ),
+        QpType::Uc => matches!(
+            opcode,
+            send_opcode::SEND
+                | send_opcode::SEND_WITH_IMM
+                | send_opcode::RDMA_WRITE
+                | send_opcode::RDMA_WRITE_WITH_IMM
+        ),
+        QpType::Ud | QpType::Gsi => {
+            matches!(opcode, send_opcode::SEND | send_opcode::SEND_WITH_IMM)
+        }
     }
 }
 

@@ -363,13 +363,7 @@ def batch_asks_two_acks(ctx):
     local.write(data, 8 * count, 0)
     acks, doorbells = port_counter("sent_acks"), port_counter("send_doorbells")
     retransmits = port_counter("retransmits")
-    qp = a.qp
-    qp.wr_start()
-    for i in range(count):
-        qp.wr_id, qp.wr_flags = 100 + i, e.IBV_SEND_SIGNALED
-        qp.wr_rdma_write(remote.rkey, remote.buf + 8 * i)
-        qp.wr_set_sge(SGE(local.buf + 8 * i, 8, local.lkey))
-    qp.wr_complete()
+    write_batch(a.qp, count, remote, local)
     for i in range(count):
         wc = a.completion(f"WRITE {100 + i}")
         expect_status(wc, e.IBV_WC_SUCCESS, f"WRITE {100 + i}")
@@ -381,6 +375,17 @@ def batch_asks_two_acks(ctx):
     retransmits = port_counter("retransmits") - retransmits
     expect(retransmits == 0, f"{retransmits} retransmissions: the requester saw no ACK for 4 s")
     expect(acks == 2, f"the responder sent {acks} ACKs for {count} WRITEs in one run, want 2")
+
+
+def write_batch(qp, count, remote, local, first_wr_id=100):
+    """One ibv_wr_start .. ibv_wr_complete batch of `count` signaled 8-byte WRITEs: the i-th,
+    wr_id first_wr_id + i, from byte 8i of MR `local` to byte 8i of MR `remote`."""
+    qp.wr_start()
+    for i in range(count):
+        qp.wr_id, qp.wr_flags = first_wr_id + i, e.IBV_SEND_SIGNALED
+        qp.wr_rdma_write(remote.rkey, remote.buf + 8 * i)
+        qp.wr_set_sge(SGE(local.buf + 8 * i, 8, local.lkey))
+    qp.wr_complete()
 
 
 def next_async_event(ctx, timeout=30):

@@ -15,14 +15,13 @@ import sys
 import time
 
 from pyverbs.pyverbs_error import PyverbsRDMAError
-from pyverbs.qp import QPEx, QPInitAttrEx, QPCap
+from pyverbs.qp import QPAttr, QPCap, QPEx, QPInitAttrEx
 from pyverbs.wr import RecvWR, SGE, SendWR
 import pyverbs.enums as e
 
 import rdma_data
 from rdma_data import (Failed, Scattered, Side, connected, expect, expect_status, first_diff, next_async_event,
-                       pattern, port_counter, run_checks)
-from pyverbs.qp import QPAttr
+                       pattern, port_counter, run_checks, write_batch)
 from roce_send import datagram
 
 UC = e.IBV_QPT_UC
@@ -241,13 +240,7 @@ def long_write_sqd_and_a_big_batch(ctx):
     count, src = 300, a.mr(300 * 8)
     words = b"".join(i.to_bytes(8, "little") for i in range(1000, 1000 + count))
     src.write(words, len(words), 0)
-    qp = a.qp
-    qp.wr_start()
-    for i in range(count):
-        qp.wr_id, qp.wr_flags = 100 + i, e.IBV_SEND_SIGNALED
-        qp.wr_rdma_write(target.rkey, target.buf + 8 * i)
-        qp.wr_set_sge(SGE(src.buf + 8 * i, 8, src.lkey))
-    qp.wr_complete()
+    write_batch(a.qp, count, target, src)
     for i in range(count):
         wc = a.completion(f"WRITE {i} of the batch")
         expect(wc.status == e.IBV_WC_SUCCESS and wc.wr_id == 100 + i,
