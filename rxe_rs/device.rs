@@ -5,10 +5,11 @@ use crate::{
     counters::{self, Counter},
     kext::{
         ib::{
-            self, Access, Ah, AhAttr, AtomicCap, CorePortCaps, Cq, CqInitAttr, Device, DeviceAttr,
-            DeviceCaps, KernelCaps, KernelDest, KernelRecvWr, KernelSendWr, KernelWcArray, Mr,
-            MrChange, Mw, MwType, Pd, PortAttr, PortCaps, PortImmutable, PortPhysState, PortState,
-            Qp, QpAttr, QpAttrMask, QpInitAttr, QpLinks, QpType, StatDesc,
+            self, Access, Ah, AhAttr, AtomicCap, CorePortCaps, Cq, CqFlags, CqInitAttr, Device,
+            DeviceAttr, DeviceCaps, KernelCaps, KernelDest, KernelRecvWr, KernelSendWr,
+            KernelWcArray, Mr, MrChange, Mw, MwType, Pd, PortAttr, PortCaps, PortImmutable,
+            PortPhysState, PortState, Qp, QpAttr, QpAttrMask, QpInitAttr, QpLinks, QpType,
+            StatDesc,
         },
         lock::{new_spinlock_bh, new_spinlock_irq, SpinLockBh},
         netdev::NetDevice,
@@ -185,6 +186,9 @@ impl ib::Driver for RxeDevice {
         attr.max_pd = limits::MAX_PD as i32;
         attr.max_cq = limits::MAX_CQ as i32;
         attr.max_cqe = limits::MAX_CQE as i32;
+        // Completion timestamps count nanoseconds of CLOCK_MONOTONIC, all 64 bits of them.
+        attr.hca_core_clock = crate::uapi::CQ_CLOCK_KHZ;
+        attr.timestamp_mask = u64::MAX;
         attr.max_mr = limits::MAX_MR as i32;
         attr.max_mw = limits::MAX_MW as i32;
         attr.max_qp = limits::MAX_QP as i32;
@@ -277,11 +281,13 @@ impl ib::Driver for RxeDevice {
         attr: &CqInitAttr,
         udata: &Udata<'_>,
     ) -> Result<(impl PinInit<RxeCq, Error>, u32)> {
-        if attr.flags != 0 {
+        let flags = CqFlags::of(attr);
+        if !flags.within(CqFlags::TIMESTAMP_COMPLETION) {
             return Err(crate::kext::errno::eopnotsupp());
         }
+        let timestamped = flags.contains(CqFlags::TIMESTAMP_COMPLETION);
         dev.cqs.acquire(limits::MAX_CQ)?;
-        RxeCq::new(attr.cqe, udata).inspect_err(|_| dev.cqs.release())
+        RxeCq::new(attr.cqe, udata, timestamped).inspect_err(|_| dev.cqs.release())
     }
 
     fn destroy_cq(dev: &Device<Self>, _cq: &Cq<Self>) {

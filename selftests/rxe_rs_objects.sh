@@ -7,7 +7,7 @@ DEV=rxers0
 verbs() { /usr/bin/python3 "$(dirname "$0")/guest/verbs.py" "$DEV" "$@"; }
 
 ktap_print_header
-ktap_set_plan 20
+ktap_set_plan 21
 reset_or_bail
 make_veth veth0 veth1 10.11.0.1/24
 rdma link add "$DEV" type rxe_rs netdev veth0
@@ -16,6 +16,7 @@ check "PDs allocate and free" verbs pd_alloc_dealloc
 check "a CQ maps its ring and polls empty" verbs cq_create_poll_empty
 check "CQ sizes 0 and max_cqe+1: EINVAL" verbs cq_bad_sizes
 check "a CQ on a completion channel can be armed" verbs cq_with_channel_arms
+check "an extended CQ: its fields, EOPNOTSUPP for others, a poll session, timestamps" verbs cq_ex_polls_a_session
 check "64 CQs at once" verbs many_cqs
 rdma resource show cq | sed 's/^/# /' | head -3
 check "MRs register with unique keys (lkey == rkey)" verbs mr_register_keys

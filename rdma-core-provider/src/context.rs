@@ -15,9 +15,11 @@ static CONTEXT_OPS: verbs_context_ops = verbs_context_ops {
     free_context: Some(free_context),
     query_device_ex: Some(query_device_ex),
     query_port: Some(query_port),
+    query_rt_values: Some(query_rt_values),
     alloc_pd: Some(crate::pd::alloc_pd),
     dealloc_pd: Some(crate::pd::dealloc_pd),
     create_cq: Some(crate::cq::create_cq),
+    create_cq_ex: Some(crate::cq_ex::create_cq_ex),
     destroy_cq: Some(crate::cq::destroy_cq),
     poll_cq: Some(crate::cq::poll_cq),
     req_notify_cq: Some(crate::cq::req_notify_cq),
@@ -147,6 +149,37 @@ unsafe extern "C" fn query_device_ex(
         core::ptr::copy_nonoverlapping(text.as_ptr().cast(), dst.as_mut_ptr(), n);
         dst[n] = 0;
     }
+    0
+}
+
+/// `ibv_query_rt_values_ex`: with `IBV_VALUES_MASK_RAW_CLOCK`, the device clock now, the one
+/// completion timestamps count (`hca_core_clock` 1 GHz): CLOCK_MONOTONIC in nanoseconds, all of
+/// it in `tv_nsec` (`tv_sec` 0), as mlx5 reports its cycles. `comp_mask` comes back as what was
+/// filled in.
+///
+/// # Safety
+///
+/// libibverbs passes a context of ours and a valid `values`.
+unsafe extern "C" fn query_rt_values(_ctx: *mut ibv_context, values: *mut ibv_values_ex) -> c_int {
+    // SAFETY: valid, by the contract.
+    let v = unsafe { &mut *values };
+    let mut filled = 0;
+    if v.comp_mask & IBV_VALUES_MASK_RAW_CLOCK != 0 {
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid timespec to fill.
+        if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) } != 0 {
+            return std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EINVAL);
+        }
+        v.raw_clock.tv_sec = 0;
+        v.raw_clock.tv_nsec = now.tv_sec * 1_000_000_000 + now.tv_nsec;
+        filled |= IBV_VALUES_MASK_RAW_CLOCK;
+    }
+    v.comp_mask = filled;
     0
 }
 

@@ -1,11 +1,12 @@
 //! Completion queues: created through the kernel, polled in user space from the mapped ring.
 
 use crate::{
+    cq_ex::PollSession,
     ffi::{private::*, verbs::*},
     ring::MappedRing,
 };
 use core::ffi::c_int;
-use rxe_rs_uapi::{Cqe, CreateCqResp, ResizeCqResp, RingGeometry};
+use rxe_rs_uapi::{CqSlot, Cqe, CreateCqResp, ResizeCqResp, RingGeometry};
 use std::{
     mem::{offset_of, size_of, size_of_val, MaybeUninit},
     sync::Mutex,
@@ -17,18 +18,64 @@ pub struct Cq {
     pub verbs: verbs_cq,
     /// The ring (`None` until mapped, or if a resize could not map the new one). The lock
     /// makes the consumer side one poller at a time and keeps a resize out of a poll.
-    ring: Mutex<Option<MappedRing>>,
+    pub(crate) ring: Mutex<Option<MappedRing>>,
+    /// The extended polling interface's state (`ibv_create_cq_ex`).
+    pub(crate) session: PollSession,
 }
 
-/// `struct verbs_cq` (288 bytes): `ibv_cq_ex`, whose head is an `ibv_cq`.
-#[repr(C)]
-pub struct verbs_cq {
-    pub cq_ex: ibv_cq_ex,
-}
-
-fn to_cq<'a>(ibcq: *mut ibv_cq) -> &'a Cq {
+pub(crate) fn to_cq<'a>(ibcq: *mut ibv_cq) -> &'a Cq {
     // SAFETY: every `ibv_cq` we hand out is the first field of a `Cq`.
     unsafe { &*ibcq.cast::<Cq>() }
+}
+
+impl Cq {
+    /// A CQ for libibverbs to fill, not created yet.
+    pub(crate) fn new_boxed(single_threaded: bool) -> *mut Cq {
+        Box::into_raw(Box::new(Cq {
+            // SAFETY: plain C data, filled by libibverbs.
+            verbs: unsafe { MaybeUninit::zeroed().assume_init() },
+            ring: Mutex::new(None),
+            session: PollSession::new(single_threaded),
+        }))
+    }
+
+    /// Maps the ring of a CQ the kernel has just created (`ret` 0), or frees it: returns the
+    /// CQ, or NULL with errno set.
+    ///
+    /// # Safety
+    ///
+    /// `cq` comes from [`Cq::new_boxed`] and is not published; `ctx` is valid; on success the
+    /// kernel CQ exists and `resp` is its response.
+    pub(crate) unsafe fn finish_create(
+        ctx: *mut ibv_context,
+        cq: *mut Cq,
+        ret: c_int,
+        resp: &CreateCqResp,
+    ) -> *mut Cq {
+        if ret != 0 {
+            // SAFETY: never published.
+            drop(unsafe { Box::from_raw(cq) });
+            crate::set_errno(ret);
+            return core::ptr::null_mut();
+        }
+        // SAFETY: `ctx` is valid.
+        match map_ring(unsafe { (*ctx).cmd_fd }, resp) {
+            // SAFETY: `cq` is ours until returned.
+            Ok(ring) => unsafe {
+                *(*cq).ring.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(ring);
+                cq
+            },
+            Err(e) => {
+                // SAFETY: created by the caller; destroy the kernel object and free ours.
+                unsafe {
+                    ibv_cmd_destroy_cq(cq.cast());
+                    drop(Box::from_raw(cq));
+                }
+                crate::set_errno(e.raw_os_error().unwrap_or(libc::ENOMEM));
+                core::ptr::null_mut()
+            }
+        }
+    }
 }
 
 /// The response to create_cq: core part, then ours.
@@ -50,11 +97,7 @@ pub unsafe extern "C" fn create_cq(
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
 ) -> *mut ibv_cq {
-    let cq = Box::into_raw(Box::new(Cq {
-        // SAFETY: plain C data, filled by libibverbs.
-        verbs: unsafe { MaybeUninit::zeroed().assume_init() },
-        ring: Mutex::new(None),
-    }));
+    let cq = Cq::new_boxed(false);
     let ibcq = cq.cast::<ibv_cq>();
     let mut cmd = ibv_create_cq::default();
     let mut resp = CreateCqRespFull::default();
@@ -73,29 +116,8 @@ pub unsafe extern "C" fn create_cq(
             size_of_val(&resp),
         )
     };
-    if ret != 0 {
-        // SAFETY: never published.
-        drop(unsafe { Box::from_raw(cq) });
-        crate::set_errno(ret);
-        return core::ptr::null_mut();
-    }
-    // SAFETY: `ctx` is valid.
-    match map_ring(unsafe { (*ctx).cmd_fd }, &resp.drv) {
-        // SAFETY: `cq` is ours until returned.
-        Ok(ring) => unsafe {
-            *(*cq).ring.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(ring)
-        },
-        Err(e) => {
-            // SAFETY: created above; destroy the kernel object and free ours.
-            unsafe {
-                ibv_cmd_destroy_cq(ibcq);
-                drop(Box::from_raw(cq));
-            }
-            crate::set_errno(e.raw_os_error().unwrap_or(libc::ENOMEM));
-            return core::ptr::null_mut();
-        }
-    }
-    ibcq
+    // SAFETY: a fresh CQ, created by the kernel if `ret` is 0.
+    unsafe { Cq::finish_create(ctx, cq, ret, &resp.drv) }.cast()
 }
 
 /// Maps the ring a create or resize response describes.
@@ -123,6 +145,8 @@ struct ResizeCqRespFull {
 /// `ibcq` comes from [`create_cq`].
 pub unsafe extern "C" fn resize_cq(ibcq: *mut ibv_cq, cqe: c_int) -> c_int {
     let cq = to_cq(ibcq);
+    // (Not inside an extended poll, whose place is an index into the old ring.)
+    let _session = cq.session.lock();
     let mut ring = cq.ring.lock().unwrap_or_else(|e| e.into_inner());
     let mut cmd = ibv_resize_cq::default();
     let mut resp = ResizeCqRespFull::default();
@@ -177,6 +201,8 @@ pub unsafe extern "C" fn destroy_cq(ibcq: *mut ibv_cq) -> c_int {
 /// `ibcq` is ours; `wc` has room for `n` entries.
 pub unsafe extern "C" fn poll_cq(ibcq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
     let cq = to_cq(ibcq);
+    // (Not inside an extended poll, which moves the consumer index at its end.)
+    let _session = cq.session.lock();
     let guard = cq.ring.lock().unwrap_or_else(|e| e.into_inner());
     let Some(ring) = guard.as_ref() else {
         return -libc::EINVAL;
@@ -215,10 +241,7 @@ pub unsafe extern "C" fn req_notify_cq(ibcq: *mut ibv_cq, solicited_only: c_int)
     unsafe { ibv_cmd_req_notify_cq(ibcq, solicited_only) }
 }
 
-const _: () = {
-    assert!(size_of::<verbs_cq>() == 288);
-    assert!(offset_of!(Cq, verbs) == 0);
-};
+const _: () = assert!(offset_of!(Cq, verbs) == 0);
 
 /// Removes the completions of QP `qpn` still waiting in the CQ, keeping the order of the
 /// others: a QP reset forgets its work, and its completions with it, as mlx4 and mlx5 do (a
@@ -233,6 +256,7 @@ pub unsafe fn discard_qp_completions(ibcq: *mut ibv_cq, qpn: u32) {
         return;
     }
     let cq = to_cq(ibcq);
+    let _session = cq.session.lock();
     let guard = cq.ring.lock().unwrap_or_else(|e| e.into_inner());
     let Some(ring) = guard.as_ref() else {
         return;
@@ -263,12 +287,13 @@ pub unsafe fn discard_qp_completions(ibcq: *mut ibv_cq, qpn: u32) {
         }
         kept_from = kept_from.wrapping_sub(1);
         if kept_from != at {
-            // SAFETY: two distinct published slots of one ring, each a whole CQE.
+            // SAFETY: two distinct published slots of one ring, each a whole `CqSlot` (the
+            // completion and its timestamp move together).
             unsafe {
                 core::ptr::copy_nonoverlapping(
                     ring.slot(at).cast_const(),
                     ring.slot(kept_from),
-                    size_of::<Cqe>(),
+                    size_of::<CqSlot>(),
                 )
             };
         }

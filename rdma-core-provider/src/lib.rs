@@ -9,6 +9,7 @@
 pub mod ah;
 pub mod context;
 pub mod cq;
+pub mod cq_ex;
 pub mod device;
 pub mod ffi;
 pub mod mr;

@@ -2,7 +2,9 @@
 //! The uapi structs are plain bytes both ways: `#[repr(C)]`, integer fields only, and no
 //! padding (their sizes are asserted in `uapi/`), so they may be copied to and from user space.
 
-use crate::uapi::{Cqe, CreateAhResp, CreateCqResp, CreateQpResp, MmapInfo, RecvWqe, SendWqe, Sge};
+use crate::uapi::{
+    CqSlot, Cqe, CreateAhResp, CreateCqResp, CreateQpResp, MmapInfo, RecvWqe, SendWqe, Sge,
+};
 use kernel::types::{AsBytes, FromBytes};
 
 macro_rules! plain_bytes {
@@ -20,6 +22,7 @@ plain_bytes!(
     CreateCqResp,
     CreateQpResp,
     Cqe,
+    CqSlot,
     SendWqe,
     RecvWqe,
     Sge

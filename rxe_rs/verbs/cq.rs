@@ -11,9 +11,9 @@ use crate::{
         object::Udata,
     },
     limits,
-    uapi::{Cqe, CreateCqResp, MmapInfo, RingGeometry},
+    uapi::{CqSlot, Cqe, CreateCqResp, MmapInfo, RingGeometry},
 };
-use kernel::prelude::*;
+use kernel::{prelude::*, time::Ktime};
 
 /// The ring and the kernel's (producer) side of it.
 struct Producer {
@@ -42,16 +42,25 @@ pub(crate) struct CqeSource {
 pub(crate) struct RxeCq {
     /// A kernel consumer's: its ring holds [`KernelCqe`]s, polled through `poll_cq`.
     kernel: bool,
+    /// A user CQ whose slots carry the time of each completion (`CqSlot::completed_ns`).
+    timestamped: bool,
     /// BH-safe: the receive softirq posts completions.
     #[pin]
     producer: SpinLockBh<Producer>,
 }
 
 impl RxeCq {
-    /// A CQ for at least `cqe` completions, described to user space through `udata`.
-    /// Returns its initialiser and its real capacity.
-    pub(crate) fn new(cqe: u32, udata: &Udata<'_>) -> Result<(impl PinInit<Self, Error>, u32)> {
+    /// A CQ for at least `cqe` completions, described to user space through `udata`, with
+    /// completion timestamps if `timestamped`. Returns its initialiser and its real capacity.
+    pub(crate) fn new(
+        cqe: u32,
+        udata: &Udata<'_>,
+        timestamped: bool,
+    ) -> Result<(impl PinInit<Self, Error>, u32)> {
         let kernel = udata.ucontext().is_none();
+        if kernel && timestamped {
+            return Err(eopnotsupp());
+        }
         let ring = if kernel {
             if cqe == 0 || cqe > limits::MAX_CQE {
                 return Err(EINVAL);
@@ -66,6 +75,7 @@ impl RxeCq {
         let capacity = ring.geometry().slots();
         let init = try_pin_init!(Self {
             kernel,
+            timestamped,
             producer <- new_spinlock_bh!(Producer { ring, index: 0, armed: 0, overflowed: false }, "rxe_rs_cq"),
         });
         Ok((init, capacity))
@@ -93,8 +103,8 @@ impl RxeCq {
             return Err(EINVAL);
         }
         for i in 0..pending {
-            let cqe: Cqe = p.ring.read(consumer.wrapping_add(i), 0)?;
-            ring.write(i, &cqe)?;
+            let slot: CqSlot = p.ring.read(consumer.wrapping_add(i), 0)?;
+            ring.write(i, &slot)?;
         }
         // The new ring's consumer index is 0 (fresh, zeroed memory).
         ring.store(RingIndex::Producer, pending);
@@ -132,6 +142,14 @@ impl RxeCq {
                     reserved: [0; 7],
                 };
                 p.ring.write(p.index, &kcqe)?;
+            } else if cq.timestamped {
+                let slot = CqSlot {
+                    cqe: *cqe,
+                    // (CLOCK_MONOTONIC is never negative.)
+                    completed_ns: Ktime::ktime_get().to_ns() as u64,
+                    reserved: 0,
+                };
+                p.ring.write(p.index, &slot)?;
             } else {
                 p.ring.write(p.index, cqe)?;
             }
@@ -191,7 +209,7 @@ fn new_ring(cqe: u32, udata: &Udata<'_>) -> Result<SharedRing> {
         return Err(EINVAL);
     }
     let ctx = udata.ucontext().ok_or(EINVAL)?;
-    let geometry = RingGeometry::for_entries(cqe, core::mem::size_of::<Cqe>());
+    let geometry = RingGeometry::for_entries(cqe, core::mem::size_of::<CqSlot>());
     let ring = SharedRing::new(&ctx, geometry)?;
     let (offset, size) = ring.mmap_info().ok_or(EINVAL)?;
     udata.write(&CreateCqResp {

@@ -268,11 +268,79 @@ def many_cqs(ctx):
         cq.close()
 
 
+def cq_ex_polls_a_session(ctx):
+    """An extended CQ: the fields it can read are accepted, others are EOPNOTSUPP; a poll
+    session reads completions one at a time, ENOENT past the last, and what it read is gone;
+    completion timestamps count CLOCK_MONOTONIC nanoseconds (hca_core_clock 1 GHz), the clock
+    ibv_query_rt_values_ex reads."""
+    from pyverbs.cq import CQEX, CqInitAttrEx, PollCqAttr
+    from pyverbs.qp import QPAttr
+    from pyverbs.wr import RecvWR, SGE
+    for flags in [e.IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK, e.IBV_WC_EX_WITH_CVLAN,
+                  e.IBV_WC_EX_WITH_FLOW_TAG]:
+        expect_errno(errno.EOPNOTSUPP, CQEX, ctx, CqInitAttrEx(cqe=8, wc_flags=flags))
+    attr = CqInitAttrEx(cqe=8, wc_flags=0, comp_mask=e.IBV_CQ_INIT_ATTR_MASK_FLAGS,
+                        flags=e.IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)
+    expect_errno(errno.EOPNOTSUPP, CQEX, ctx, attr)
+    attr.flags = e.IBV_CREATE_CQ_ATTR_SINGLE_THREADED
+    CQEX(ctx, attr).close()
+    dev = ctx.query_device_ex()
+    if dev.hca_core_clock != 1000000 or dev.completion_timestamp_mask != 2**64 - 1:
+        sys.exit(f"hca_core_clock {dev.hca_core_clock} kHz, mask {dev.completion_timestamp_mask:#x}")
+    cq = CQEX(ctx, CqInitAttrEx(cqe=8, wc_flags=e.IBV_WC_STANDARD_FLAGS
+                                | e.IBV_WC_EX_WITH_COMPLETION_TIMESTAMP))
+    if cq.start_poll(PollCqAttr()) != errno.ENOENT:
+        sys.exit("a new extended CQ had a completion")
+    pd = PD(ctx)
+    qp = new_rc_qp(ctx, pd, cq)
+    mr = MR(pd, 64, e.IBV_ACCESS_LOCAL_WRITE)
+    init = QPAttr(qp_state=e.IBV_QPS_INIT)
+    init.pkey_index, init.port_num, init.qp_access_flags = 0, 1, 0
+    qp.modify(init, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
+    qp.modify(QPAttr(qp_state=e.IBV_QPS_ERR), e.IBV_QP_STATE)
+    before = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    for wr_id in (11, 12, 13):
+        qp.post_recv(RecvWR(wr_id=wr_id, num_sge=1, sg=[SGE(mr.buf, 8, mr.lkey)]))
+    # The flushes arrive together or one by one: a session reads what is there.
+    seen, stamps = [], []
+    for _ in range(100):
+        if cq.start_poll(PollCqAttr()) == 0:
+            while True:
+                if cq.status != e.IBV_WC_WR_FLUSH_ERR or cq.read_qp_num() != qp.qp_num:
+                    sys.exit(f"wr {cq.wr_id}: status {cq.status}, qp {cq.read_qp_num()} (QP {qp.qp_num})")
+                seen.append(cq.wr_id)
+                stamps.append(cq.read_timestamp())
+                ret = cq.poll_next()
+                if ret == errno.ENOENT:
+                    break
+                if ret != 0:
+                    sys.exit(f"ibv_next_poll: {ret}")
+            cq.end_poll()
+        if len(seen) >= 3:
+            break
+        time.sleep(0.05)
+    after = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    if seen != [11, 12, 13]:
+        sys.exit(f"flushed receives read back as {seen}, not [11, 12, 13]")
+    if cq.start_poll(PollCqAttr()) != errno.ENOENT:
+        sys.exit("completions read in a session were polled again")
+    if stamps != sorted(stamps) or not before <= stamps[0] <= stamps[-1] <= after:
+        sys.exit(f"timestamps {stamps} not in order within [{before}, {after}]")
+    print(f"# completions stamped {stamps[0] - before} ns after the first post, "
+          f"{stamps[-1] - stamps[0]} ns apart")
+    # ibv_query_rt_values_ex reads the same clock (all of it in tv_nsec, as mlx5 does).
+    before = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    sec, nsec = ctx.query_rt_values_ex()
+    after = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    if sec != 0 or not before <= nsec <= after:
+        sys.exit(f"raw clock ({sec}, {nsec}) not within [{before}, {after}]")
+
 CHECKS = {f.__name__: f for f in [pd_alloc_dealloc, cq_create_poll_empty, cq_bad_sizes,
                                    cq_with_channel_arms, many_cqs, mr_register_keys,
                                    mr_bad_access, mr_limits_reported, qp_types_unsupported,
                                    qp_caps, qp_state_machine, post_send_states,
-                                   comp_vectors_per_cpu, qp_ex_create_flags_none]}
+                                   comp_vectors_per_cpu, qp_ex_create_flags_none,
+                                   cq_ex_polls_a_session]}
 
 if __name__ == "__main__":
     device, check = sys.argv[1], sys.argv[2]

@@ -176,6 +176,21 @@ pub struct Cqe {
     pub reserved: u8,
 }
 
+/// A slot of a user CQ's ring: the completion, then when the kernel wrote it if the CQ was
+/// created with completion timestamps (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`), else 0.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CqSlot {
+    pub cqe: Cqe,
+    /// CLOCK_MONOTONIC in nanoseconds: the device clock, of [`CQ_CLOCK_KHZ`].
+    pub completed_ns: u64,
+    /// Zero.
+    pub reserved: u64,
+}
+
+/// The clock of completion timestamps (`hca_core_clock`, kHz): nanoseconds.
+pub const CQ_CLOCK_KHZ: u64 = 1_000_000;
+
 /// Bytes of a send slot holding `max_sge` SGEs or `max_inline` inline bytes.
 pub const fn send_wqe_bytes(max_sge: u32, max_inline: u32) -> usize {
     let sges = max_sge as usize * core::mem::size_of::<Sge>();
@@ -210,6 +225,8 @@ const _: () = {
     assert!(offset_of!(Cqe, imm_data) == 24);
     assert!(offset_of!(Cqe, wc_flags) == 36);
     assert!(offset_of!(Cqe, pkey_index) == 40);
+    assert!(size_of::<CqSlot>() == 64);
+    assert!(offset_of!(CqSlot, completed_ns) == 48);
 };
 
 #[cfg(test)]

@@ -86,7 +86,8 @@ pub struct verbs_context_ops {
     pub create_cq: Option<
         unsafe extern "C" fn(*mut ibv_context, c_int, *mut ibv_comp_channel, c_int) -> *mut ibv_cq,
     >,
-    pub create_cq_ex: UnusedOp,
+    pub create_cq_ex:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex>,
     pub create_flow: UnusedOp,
     pub create_flow_action_esp: UnusedOp,
     pub create_qp: Option<unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp>,
@@ -145,7 +146,8 @@ pub struct verbs_context_ops {
         unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int, *mut ibv_qp_init_attr) -> c_int,
     >,
     pub query_qp_data_in_order: UnusedOp,
-    pub query_rt_values: UnusedOp,
+    pub query_rt_values:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_values_ex) -> c_int>,
     pub query_srq: UnusedOp,
     pub read_counters: UnusedOp,
     pub reg_dm_mr: UnusedOp,
@@ -241,6 +243,12 @@ pub struct verbs_qp {
     pub qp_ex: ibv_qp_ex,
     pub comp_mask: u32,
     pub xrcd: *mut c_void,
+}
+
+/// `struct verbs_cq` (288 bytes): `ibv_cq_ex`, whose head is an `ibv_cq`.
+#[repr(C)]
+pub struct verbs_cq {
+    pub cq_ex: ibv_cq_ex,
 }
 
 /// `struct ibv_create_cq` (kern-abi.h).
@@ -360,6 +368,17 @@ extern "C" {
         resp: *mut ib_uverbs_create_cq_resp,
         resp_size: usize,
     ) -> c_int;
+    /// `cmd` may be NULL (size 0): our driver takes no command data.
+    pub fn ibv_cmd_create_cq_ex(
+        context: *mut ibv_context,
+        cq_attr: *const ibv_cq_init_attr_ex,
+        cq: *mut verbs_cq,
+        cmd: *mut c_void,
+        cmd_size: usize,
+        resp: *mut ib_uverbs_ex_create_cq_resp,
+        resp_size: usize,
+        cmd_flags: u32,
+    ) -> c_int;
     pub fn ibv_cmd_destroy_cq(cq: *mut ibv_cq) -> c_int;
     pub fn ibv_cmd_resize_cq(
         cq: *mut ibv_cq,
@@ -448,6 +467,7 @@ const _: () = {
     assert!(offset_of!(verbs_qp, comp_mask) == 352);
     assert!(size_of::<verbs_mr>() == 56);
     assert!(size_of::<ibv_create_cq>() == 40);
+    assert!(size_of::<verbs_cq>() == 288);
 };
 
 #[cfg(test)]
@@ -491,6 +511,7 @@ mod tests {
         assert_eq!(size_of::<verbs_context_ops>(), 76 * 8);
         assert_eq!(offset_of!(verbs_context_ops, alloc_pd), 5 * 8);
         assert_eq!(offset_of!(verbs_context_ops, create_cq), 15 * 8);
+        assert_eq!(offset_of!(verbs_context_ops, create_cq_ex), 16 * 8);
         assert_eq!(offset_of!(verbs_context_ops, create_qp_ex), 160);
         assert_eq!(offset_of!(verbs_context_ops, free_context), 39 * 8);
         assert_eq!(offset_of!(verbs_context_ops, modify_qp), 47 * 8);

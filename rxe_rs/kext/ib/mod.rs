@@ -21,8 +21,8 @@ pub(crate) use device::*;
 pub(crate) use objects::*;
 pub(crate) use qp_attr::*;
 pub(crate) use types::{
-    Access, AtomicCap, CorePortCaps, DeviceCaps, KernelCaps, MwType, PortCaps, PortPhysState,
-    PortState, QpAttrMask, QpEvent, QpState, QpType, MGMT_MAD_SIZE,
+    Access, AtomicCap, CorePortCaps, CqFlags, DeviceCaps, KernelCaps, MwType, PortCaps,
+    PortPhysState, PortState, QpAttrMask, QpEvent, QpState, QpType, MGMT_MAD_SIZE,
 };
 pub(crate) use wr::{
     KernelCqe, KernelDest, KernelRecvWr, KernelSendWr, KernelWcArray, NetworkType,

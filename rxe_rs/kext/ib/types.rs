@@ -313,6 +313,22 @@ impl bindings::ib_qp_attr {
 }
 
 flag_set! {
+    /// `enum ib_uverbs_ex_create_cq_flags`: what a CQ is created with (`ib_cq_init_attr.flags`).
+    CqFlags(u32) {
+        /// Each completion carries the time it was written. (The other flag,
+        /// `IGNORE_OVERRUN`, is refused: a full CQ raises `IB_EVENT_CQ_ERR`.)
+        TIMESTAMP_COMPLETION = bindings::ib_uverbs_ex_create_cq_flags_IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION,
+    }
+}
+
+impl CqFlags {
+    /// The flags of a CQ's creation attributes.
+    pub(crate) fn of(attr: &bindings::ib_cq_init_attr) -> Self {
+        Self(attr.flags)
+    }
+}
+
+flag_set! {
     /// `enum ib_access_flags`: the rights of an MR or a QP.
     Access(u32) {
         /// Local writes (receives, READ responses land in it).
