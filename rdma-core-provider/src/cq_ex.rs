@@ -135,7 +135,7 @@ pub unsafe extern "C" fn create_cq_ex(
         0
     };
     // A parent domain (IBV_CQ_INIT_ATTR_MASK_PD) is not supported; nor are completion fields
-    // a CQE does not carry (timestamps, VLAN, flow tag, tag matching).
+    // a CQ slot does not carry (wall-clock timestamps, VLAN, flow tag, tag matching).
     if a.comp_mask & !IBV_CQ_INIT_ATTR_MASK_FLAGS != 0
         || a.wc_flags & !SUPPORTED_WC_FLAGS != 0
         || flags & !KNOWN_FLAGS != 0
