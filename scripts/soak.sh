@@ -11,7 +11,7 @@ source "$RXE_RS_ROOT/scripts/lib/build.sh"
 minutes=${SOAK_MINUTES:-30}
 "$RXE_RS_ROOT/scripts/setup.sh"
 build_all debug
-# The long profile (make check runs the short one: 100000 packets, 16 life-cycle rounds, 5000
+# The long profile (make check runs the short one: 40000 packets, 8 life-cycle rounds, 5000
 # reg/dereg cycles, 1 MiB, no baseline). One round takes ~2 h under TCG.
 export RXE_RS_HOSTILE_PACKETS=${RXE_RS_HOSTILE_PACKETS:-1000000}
 export RXE_RS_LOSSY_MIB=${RXE_RS_LOSSY_MIB:-4}

@@ -116,16 +116,17 @@ overlap=
 if ((${#single_vm_tests[@]})); then
 	# Single-VM scripts run in RXE_RS_VMS guests at once (default 2: the scripts are mostly one
 	# process at a time, so two 2-CPU guests keep both host cores busy). The guests share one
-	# list, costliest first (seconds measured under TCG beside the pairs; new scripts count 300):
-	# each runs the next script no guest has taken (run-suite.sh, RXE_RS_QUEUE), so they end
-	# together.
-	declare -A cost=([rxe_rs_hostile_peer]=660 [rxe_rs_lifecycle]=410 [rxe_rs_recv]=340 [rxe_rs_cm]=290
-		[rxe_rs_faults]=255 [rxe_rs_objects]=245 [rxe_rs_exhaust]=220 [rxe_rs_link]=185 [rxe_rs_hostile]=145
-		[rxe_rs_data]=140 [rxe_rs_ud]=100 [rxe_rs_mr]=80)
-	# The long profile's knobs (make soak) change what the scripts cost.
-	cost[rxe_rs_hostile_peer]=$((290 + ${RXE_RS_HOSTILE_PACKETS:-100000} / 270))
+	# list, costliest first (seconds measured under TCG beside the pairs, at 24ca8e9; new
+	# scripts count 300): each runs the next script no guest has taken (run-suite.sh,
+	# RXE_RS_QUEUE), so they end together.
+	declare -A cost=([rxe_rs_exhaust]=464 [rxe_rs_pyverbs]=423 [rxe_rs_recv]=416 [rxe_rs_cm]=300
+		[rxe_rs_objects]=284 [rxe_rs_data]=244 [rxe_rs_faults]=225 [rxe_rs_link]=215 [rxe_rs_ud]=175
+		[rxe_rs_hostile]=169 [rxe_rs_mr]=144)
+	# The knobs (make soak's long profile) change what these cost: 100000 packets took 1047 s,
+	# 16 life-cycle rounds 824 s.
+	cost[rxe_rs_hostile_peer]=$((180 + ${RXE_RS_HOSTILE_PACKETS:-40000} / 116))
 	[[ -n ${RXE_RS_EXHAUST_FULL:-} ]] && cost[rxe_rs_exhaust]=2400
-	cost[rxe_rs_lifecycle]=$((410 * ${RXE_RS_LIFECYCLE_ROUNDS:-16} / 16))
+	cost[rxe_rs_lifecycle]=$((70 + 47 * ${RXE_RS_LIFECYCLE_ROUNDS:-8}))
 	vms=${RXE_RS_VMS:-2}
 	((vms > ${#single_vm_tests[@]})) && vms=${#single_vm_tests[@]}
 	((vms >= 1)) || { echo "selftests: RXE_RS_VMS must be at least 1" >&2; exit 2; }

@@ -35,13 +35,15 @@ cm_pair() {
 	[[ $tool == rping ]] && tool=$RXE_RS_ROOT/selftests/guest/rping_checked.sh
 	[[ $client_tool == rping ]] && client_tool=$RXE_RS_ROOT/selftests/guest/rping_checked.sh
 	out=$(mktemp)
+	cm_trace_restart # (cm_listening reads the listener from it)
 	timeout 120 "$tool" "${server[@]}" >"$out.server" 2>&1 &
 	local spid=$!
 	wait_for 60 cm_listening "$port" || echo "# $tool: no rdma_cm listener on port $port"
 	timeout 100 "$client_tool" "${client[@]}" >"$out.client" 2>&1 || rc=1
 	wait "$spid" || rc=1
-	tail -5 "$out.server" | sed "s/^/# $tool server: /"
-	tail -5 "$out.client" | sed "s/^/# $tool client: /"
+	# (By name: rping's wrapper is a path.)
+	tail -5 "$out.server" | sed "s|^|# ${tool##*/} server: |"
+	tail -5 "$out.client" | sed "s|^|# ${client_tool##*/} client: |"
 	rm -f "$out" "$out.server" "$out.client"
 	return $rc
 }
@@ -64,7 +66,7 @@ mckey_pair() {
 	# Line-buffered: mckey says it polls once its QP is attached; only then may the sender go.
 	timeout 100 stdbuf -oL mckey -m 239.1.2.3 -b "$A" -C 10 >"$out.r" 2>&1 &
 	local rpid=$!
-	wait_for 60 grep -q "receiving data transfers" "$out.r" || echo "# mckey: the receiver did not get ready"
+	wait_for 60 file_has "$out.r" "receiving data transfers" || echo "# mckey: the receiver did not get ready"
 	timeout 100 mckey -m 239.1.2.3 -b "$A" -s -C 10 >"$out.s" 2>&1 || rc=1
 	wait "$rpid" || rc=1
 	tail -4 "$out.r" | sed 's/^/# mckey receiver: /'
@@ -81,7 +83,6 @@ check "riostream -T v: rsockets RDMA I/O, verified" \
 # perftest -R: when its client lost perftest's own listen race (perftest_lost_listen_race in
 # lib.sh), which says nothing about the driver, the pair runs once more and that run counts.
 perftest_cm_pair() {
-	cm_trace_restart
 	cm_pair "$@" && return 0
 	perftest_lost_listen_race || return 1
 	echo "# $1: perftest's client asked before perftest's server listened (REJ, no listener): once more"
@@ -100,13 +101,14 @@ done
 disconnect_seen() {
 	local out rc=0
 	out=$(mktemp)
+	cm_trace_restart
 	timeout 100 rping -s -a "$A" -C 100000 -v >"$out" 2>&1 &
 	local spid=$!
 	wait_for 60 cm_listening 7174 || echo "# rping: no rdma_cm listener"
 	rping -c -a "$A" -C 100000 >/dev/null 2>&1 &
 	local cpid=$!
 	# Connected and pinging: the server has printed pings.
-	wait_for 60 grep -q "ping data" "$out" || rc=1
+	wait_for 60 file_has "$out" "ping data" || rc=1
 	kill -9 "$cpid"
 	wait "$cpid" 2>/dev/null
 	# The server gives up on its own, well before its timeout.

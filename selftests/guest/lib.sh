@@ -37,10 +37,28 @@ tcp_listening() {
 	[[ $text == *"$port 00000000000000000000000000000000:0000 0A"* ]]
 }
 
-# An rdma_cm ID listens on port P. `rdma` is a process to start (a fifth of a second of CPU in
-# a TCG guest with KASAN): poll it sparingly.
+# An rdma_cm ID listens on port P (rping, ucmatose, perftest -R: they listen on no TCP socket).
+# Read from the rdma_cma trace events that cm_trace_restart enabled and cleared (call it before
+# starting the server), starting no process: a listener's ID attaches to its device
+# (cm_id_attach, source port P) when it binds to an address or, bound to none, when it listens
+# on every device. Without those events, `rdma resource show`: a process, which in a TCG guest
+# with KASAN costs 1-2 s of CPU that a poll loop takes from the server it waits for.
 cm_listening() {
+	local t=/sys/kernel/tracing on text
+	if read -r on 2>/dev/null <"$t/events/rdma_cma/cm_id_attach/enable" && [[ $on == 1 ]]; then
+		IFS= read -r -d '' text 2>/dev/null <"$t/trace"
+		[[ $text =~ cm_id_attach:[^[:cntrl:]]*\ src=[^[:space:]]*:$1\ dst= ]]
+		return
+	fi
 	rdma resource show cm_id 2>/dev/null | grep -Eq "state LISTEN .*src-addr [^ ]*:$1( |$)"
+}
+
+# FILE holds TEXT (a fixed string). Read with builtins, starting no process: it is polled
+# (wait_for), and a grep a poll would take its CPU from the program that writes FILE.
+file_has() {
+	local text
+	IFS= read -r -d '' text 2>/dev/null <"$1"
+	[[ $text == *"$2"* ]]
 }
 
 # Reads FILE whole into variable NAME, as $(cat FILE) would (without its trailing newlines),
@@ -56,11 +74,6 @@ slurp() {
 # helper process that hangs must not hang the test (it would also keep the device open, and
 # `rdma link delete` waits for every user to close it). Returns the process's exit status.
 # An empty PID is a coprocess that already exited (bash unsets NAME_PID then): nothing to do.
-# An rdma_cm listener on PORT (rping, ucmatose, perftest -R: they listen on no TCP socket).
-cm_listening() {
-	rdma resource show cm_id 2>/dev/null | grep -Eq "state LISTEN .*src-addr [^ ]*:$1( |$)"
-}
-
 reap() {
 	local pid=$1 limit=${2:-120}
 	[[ -n $pid ]] || return 0
@@ -93,16 +106,26 @@ make_veth() {
 
 ib_exists() { [[ -e /sys/class/infiniband/$1 ]]; }
 ib_gone() { [[ ! -e /sys/class/infiniband/$1 ]]; }
+# These are polled (wait_for): they read sysfs with builtins and start no process.
 # "4: ACTIVE" / "1: DOWN" from sysfs.
-port_state_is() { grep -q "$2" "/sys/class/infiniband/$1/ports/1/state"; }
-gid_present() { grep -qx "$2" /sys/class/infiniband/"$1"/ports/1/gids/* 2>/dev/null; }
-# The index of GID $2 on ib device $1, among the first 32 entries (where the addresses of one
-# netdev land; reading all 1024 costs 3 s in a TCG guest). One grep: a process per entry costs
-# more still. Unused entries read as zeros, or fail to read.
-gid_index() {
-	local f
-	f=$(grep -lx "$2" /sys/class/infiniband/"$1"/ports/1/gids/{0..31} 2>/dev/null | head -1)
-	[[ -n $f ]] && echo "${f##*/}"
+port_state_is() {
+	local state
+	read -r state 2>/dev/null <"/sys/class/infiniband/$1/ports/1/state" && [[ $state == *"$2"* ]]
+}
+# GID $2 is in the table of ib device $1 (among the first 32 entries, see gid_find).
+gid_present() { gid_find "$1" "$2"; }
+# The index of GID $2 on ib device $1 (see gid_find).
+gid_index() { gid_find "$1" "$2" && echo "$REPLY"; }
+# Sets REPLY to the index of GID $2 on ib device $1, among the first 32 entries: where the
+# addresses of one netdev land; reading all 1024 costs seconds in a TCG guest. Unused entries
+# read as zeros, or fail to read.
+gid_find() {
+	local i gid
+	for i in {0..31}; do
+		read -r gid 2>/dev/null <"/sys/class/infiniband/$1/ports/1/gids/$i" || continue
+		[[ $gid == "$2" ]] && { REPLY=$i; return 0; }
+	done
+	return 1
 }
 module_loaded() { [[ -d /sys/module/$1 ]]; }
 # Port counter NAME of ib device DEV, as `rdma statistic` shows it, read from sysfs without

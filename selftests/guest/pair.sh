@@ -28,13 +28,13 @@ pair_wait_peer() {
 	done
 }
 
-# Waits until port P listens on this host, over TCP or rdma_cm (a server we started is ready).
-# (TCP every 0.1 s, rdma_cm every 0.5 s: see cm_listening.)
+# Waits until port P listens on this host, over TCP or rdma_cm (a server we started is ready;
+# pair_exchange restarted the rdma_cm trace before starting it, see cm_listening).
 wait_listening() {
-	local deadline=$((SECONDS + ${2:-120})) polls=0
+	local deadline=$((SECONDS + ${2:-120}))
 	# PORT "mark:FILE": the server side says it is ready by creating FILE in PAIR_RESULTS.
 	until if [[ $1 == mark:* ]]; then [[ -e $PAIR_RESULTS/${1#mark:} ]]; else
-		tcp_listening "$1" || { ((polls++ % 5 == 4)) && cm_listening "$1"; }
+		tcp_listening "$1" || cm_listening "$1"
 	fi; do
 		((SECONDS < deadline)) || return 1
 		nap 0.1

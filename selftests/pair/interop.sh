@@ -104,7 +104,7 @@ cm_exchange() {
 			rm -f "$PAIR_RESULTS"/{a.mckey.attached,a.mckey.done,b.mckey.gave_up}
 			stdbuf -oL mckey -m 239.1.1.1 -b "$PAIR_MY_IP" -C 10 >"$out" 2>&1 &
 			local pid=$!
-			wait_for 60 grep -q "receiving data transfers" "$out" && nap 2 && : >"$PAIR_RESULTS/a.mckey.attached"
+			wait_for 60 file_has "$out" "receiving data transfers" && nap 2 && : >"$PAIR_RESULTS/a.mckey.attached"
 			while kill -0 "$pid" 2>/dev/null && [[ ! -e $PAIR_RESULTS/b.mckey.gave_up ]]; do
 				nap 0.5
 			done
@@ -209,7 +209,7 @@ disconnect_run() {
 		local capture=$CAPTURE_PID
 		stdbuf -oL rping -c -a "${!#}" -C 1000000 -v >"$out" 2>&1 &
 		pid=$!
-		wait_for 60 grep -q "ping data" "$out" || { echo "rping client: no pings within 60 s"; rc=1; }
+		wait_for 60 file_has "$out" "ping data" || { echo "rping client: no pings within 60 s"; rc=1; }
 		kill -9 "$pid"
 		wait "$pid" 2>/dev/null
 		: >"$killed"
@@ -236,7 +236,7 @@ mad_capture() {
 	tcpdump -i "$PAIR_DEV" -Q "$direction" -nn -p -U --immediate-mode -Z root -w "$file" \
 		'udp dst port 4791 and (udp[12:4] & 0xffffff) = 1' 2>"$file.err" &
 	CAPTURE_PID=$!
-	wait_for 30 grep -q "listening on" "$file.err" && return 0
+	wait_for 30 file_has "$file.err" "listening on" && return 0
 	echo "tcpdump did not start: $(<"$file.err")"
 	kill "$CAPTURE_PID"
 	return 1
