@@ -119,7 +119,7 @@ if ((${#single_vm_tests[@]})); then
 	# list, costliest first (seconds measured under TCG beside the pairs, at 24ca8e9; new
 	# scripts count 300): each runs the next script no guest has taken (run-suite.sh,
 	# RXE_RS_QUEUE), so they end together.
-	declare -A cost=([rxe_rs_exhaust]=464 [rxe_rs_pyverbs]=423 [rxe_rs_recv]=416 [rxe_rs_cm]=300
+	declare -A cost=([rxe_rs_exhaust]=464 [rxe_rs_pyverbs]=423 [rxe_rs_recv]=416 [rxe_rs_cm]=260
 		[rxe_rs_objects]=284 [rxe_rs_data]=244 [rxe_rs_faults]=225 [rxe_rs_link]=215 [rxe_rs_ud]=175
 		[rxe_rs_hostile]=169 [rxe_rs_mr]=144)
 	# The knobs (make soak's long profile) change what these cost: 100000 packets took 1047 s,

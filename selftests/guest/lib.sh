@@ -40,21 +40,26 @@ tcp_listening() {
 # An rdma_cm ID listens on port P (rping, ucmatose, perftest -R: they listen on no TCP socket).
 # Read from the rdma_cma trace events that cm_trace_restart enabled and cleared (call it before
 # starting the server), starting no process: a listener's ID attaches to its device
-# (cm_id_attach, source port P) when it binds to an address or, bound to none, when it listens
-# on every device. Without those events, `rdma resource show`: a process, which in a TCG guest
-# with KASAN costs 1-2 s of CPU that a poll loop takes from the server it waits for.
+# (cm_id_attach, source port P) when it binds to an address or, bound to none, inside
+# rdma_listen. No event marks the listen itself: after a bind the server's next call is
+# rdma_listen, so a moment's nap lets it make that call before a client is started. Without
+# those events (no tracefs), `rdma resource show`: a process, which in a TCG guest with KASAN
+# costs about 2 s of CPU that a poll loop takes from the server it waits for.
 cm_listening() {
 	local t=/sys/kernel/tracing on text
 	if read -r on 2>/dev/null <"$t/events/rdma_cma/cm_id_attach/enable" && [[ $on == 1 ]]; then
 		IFS= read -r -d '' text 2>/dev/null <"$t/trace"
-		[[ $text =~ cm_id_attach:[^[:cntrl:]]*\ src=[^[:space:]]*:$1\ dst= ]]
-		return
+		[[ $text =~ cm_id_attach:[^[:cntrl:]]*\ src=[^[:space:]]*:$1\ dst= ]] || return 1
+		nap 0.2
+		return 0
 	fi
 	rdma resource show cm_id 2>/dev/null | grep -Eq "state LISTEN .*src-addr [^ ]*:$1( |$)"
 }
 
 # FILE holds TEXT (a fixed string). Read with builtins, starting no process: it is polled
-# (wait_for), and a grep a poll would take its CPU from the program that writes FILE.
+# (wait_for), and a grep a poll would take its CPU from the program that writes FILE. The
+# first poll may come before a writer started in the background has opened FILE: empty it
+# before starting the writer, or an earlier run's words match (a killed rping client at once).
 file_has() {
 	local text
 	IFS= read -r -d '' text 2>/dev/null <"$1"
@@ -207,7 +212,8 @@ run_py_checks() {
 }
 
 # The connection managers' trace events (ib_cm's "ib_cma", rdma_cm's "rdma_cma"; on once their
-# modules are loaded), emptied for each exchange so that a failure shows its own REQ/REP/REJ.
+# modules are loaded), emptied for each exchange so that a failure shows its own REQ/REP/REJ,
+# and so that cm_listening sees only the listener started after it: call it before a server.
 cm_trace_restart() {
 	local t=/sys/kernel/tracing sys
 	[[ -e $t/trace ]] || mount -t tracefs nodev $t 2>/dev/null || return 0

@@ -102,6 +102,7 @@ cm_exchange() {
 			# or it gives up (b.mckey.gave_up).
 			local out=$PAIR_RESULTS/a.mckey.out rc
 			rm -f "$PAIR_RESULTS"/{a.mckey.attached,a.mckey.done,b.mckey.gave_up}
+			: >"$out" # (not the last pairing's words: the poll below starts before mckey)
 			stdbuf -oL mckey -m 239.1.1.1 -b "$PAIR_MY_IP" -C 10 >"$out" 2>&1 &
 			local pid=$!
 			wait_for 60 file_has "$out" "receiving data transfers" && nap 2 && : >"$PAIR_RESULTS/a.mckey.attached"
@@ -207,6 +208,7 @@ disconnect_run() {
 	else
 		mad_capture out "$cap" || return 1
 		local capture=$CAPTURE_PID
+		: >"$out" # (the last pairing's pings must not look like this run's)
 		stdbuf -oL rping -c -a "${!#}" -C 1000000 -v >"$out" 2>&1 &
 		pid=$!
 		wait_for 60 file_has "$out" "ping data" || { echo "rping client: no pings within 60 s"; rc=1; }
@@ -233,6 +235,7 @@ disconnect_run() {
 # process.
 mad_capture() {
 	local direction=$1 file=$2
+	: >"$file.err"
 	tcpdump -i "$PAIR_DEV" -Q "$direction" -nn -p -U --immediate-mode -Z root -w "$file" \
 		'udp dst port 4791 and (udp[12:4] & 0xffffff) = 1' 2>"$file.err" &
 	CAPTURE_PID=$!
