@@ -19,8 +19,6 @@ pub(crate) enum Counter {
     RcvdUnknownQp,
     /// Dropped: the QP is not in RTR or RTS.
     RcvdQpNotReady,
-    /// Dropped: an operation the responder does not implement yet.
-    RcvdUnsupported,
     /// Dropped: a request past a PSN gap (NAKed once per gap), or a READ response past one.
     RcvdPsnGap,
     /// Dropped: invalid request (opcode sequence, length, corrupt receive queue).
@@ -85,7 +83,6 @@ pub(crate) static NAMES: [StatDesc; COUNT + ALIASES.len()] = [
     StatDesc::new(c_str!("rcvd_icrc_err")),
     StatDesc::new(c_str!("rcvd_unknown_qp")),
     StatDesc::new(c_str!("rcvd_qp_not_ready")),
-    StatDesc::new(c_str!("rcvd_unsupported")),
     StatDesc::new(c_str!("rcvd_psn_gap")),
     StatDesc::new(c_str!("rcvd_invalid_request")),
     StatDesc::new(c_str!("rcvd_rnr")),

@@ -178,7 +178,7 @@ impl ib::Driver for RxeDevice {
                 | DeviceCaps::MEM_WINDOW_TYPE_2B,
             // `rdma link delete` is how users remove a soft device.
             KernelCaps::ALLOW_USER_UNREG,
-            AtomicCap::None,
+            AtomicCap::Hca,
         );
         attr.sys_image_guid = u64::from_ne_bytes(dev.guid);
         attr.max_pkeys = limits::PKEY_TABLE_LEN;
@@ -387,6 +387,17 @@ impl ib::Driver for RxeDevice {
             KernelDest::Rdma { remote_addr, rkey } => {
                 wqe.remote_addr = *remote_addr;
                 wqe.rkey = *rkey;
+            }
+            KernelDest::Atomic {
+                remote_addr,
+                rkey,
+                compare_add,
+                swap,
+            } => {
+                wqe.remote_addr = *remote_addr;
+                wqe.rkey = *rkey;
+                wqe.compare_add = *compare_add;
+                wqe.swap = *swap;
             }
             KernelDest::Datagram {
                 ah,

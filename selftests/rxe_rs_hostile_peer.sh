@@ -81,7 +81,7 @@ for n in "${!after[@]}"; do
 	# Refused after the ICRC check by a check the victims' own traffic never trips (their
 	# losses show as duplicates, sequence errors and stale responses, which are left out).
 	case $n in
-	rcvd_unknown_qp | rcvd_qp_not_ready | rcvd_wrong_* | rcvd_bad_pkey | rcvd_invalid_request | rcvd_unsupported)
+	rcvd_unknown_qp | rcvd_qp_not_ready | rcvd_wrong_* | rcvd_bad_pkey | rcvd_invalid_request)
 		reached=$((reached + d)) ;;
 	esac
 done

@@ -8,7 +8,7 @@ DEV=rxers0
 here=$(dirname "$0")
 
 ktap_print_header
-ktap_set_plan 23
+ktap_set_plan 26
 reset_or_bail
 ip netns del rxpeer 2>/dev/null
 ip netns add rxpeer
@@ -147,12 +147,33 @@ check "the ACK for the PSN sent completes the WRITE" test "$verdict" = completed
 echo quit >&"${ACKER[1]}"
 reap "$ACKER_PID"
 
+# Atomics from the wire on one word, their answers caught in the peer namespace: FETCH ADD 5
+# and 7, COMPARE SWAP 12 -> 100, FETCH ADD 1 each return the value before them; then repeats
+# of PSNs 1 and 0. max_dest_rd_atomic 2 keeps the last 3 results: PSN 1's repeat is answered
+# with its recorded 5 and adds nothing, PSN 0's is too old and dropped (executing it again
+# would break its atomicity). Last, a FETCH ADD at a misaligned address: NAKed as invalid.
+coproc ATOMIC { /usr/bin/python3 -u "$here/guest/atomic_target.py" "$DEV" "$gid" "$peer_gid" 2; }
+read -r -t 300 atomic_qpn rkey va <&"${ATOMIC[0]}"
+replies=$(REPLIES=7 send "$atomic_qpn" "faa:0:$va:$rkey:5,faa:1:$va:$rkey:7,cas:2:$va:$rkey:12:100,faa:3:$va:$rkey:1,faa:1:$va:$rkey:7,faa:0:$va:$rkey:5,faa:4:$((va + 4)):$rkey:1")
+echo "$replies" | sed 's/^/# /'
+echo >&"${ATOMIC[1]}"
+read -r -t 60 word <&"${ATOMIC[0]}"
+echo "# the word: $word"
+reply_lines() { sed -n "$1p" <<<"$replies" | tr '\n' ';'; }
+check "atomics execute in order and answer with the values before them (FETCH ADD, COMPARE SWAP)" \
+	test "$(reply_lines 1,4)" = "reply 0x12 0 0x1f 0;reply 0x12 1 0x1f 5;reply 0x12 2 0x1f 12;reply 0x12 3 0x1f 100;"
+check "a repeated atomic gets its recorded result again, and is not executed twice" \
+	test "$(reply_lines 5)" = "reply 0x12 1 0x1f 5;" -a "$word" = 101
+check "a repeat older than the recorded results is dropped; a misaligned atomic is NAKed (invalid)" \
+	test "$(reply_lines 6,7)" = "reply 0x11 4 0x61;no more replies;"
+reap "$ATOMIC_PID"
+
 # Random datagrams, twice: random bytes after the UDP header (the ICRC check drops nearly all),
 # then random BTHs and bodies with valid ICRCs, which reach the parser and the QP lookup (to a
 # QP number nobody has): every one is dropped and counted, none as an ICRC error.
 drops() {
 	local c n sum=0
-	for c in rcvd_malformed rcvd_icrc_err rcvd_unknown_qp rcvd_unsupported rcvd_wrong_transport rcvd_bad_pkey; do
+	for c in rcvd_malformed rcvd_icrc_err rcvd_unknown_qp rcvd_wrong_transport rcvd_bad_pkey; do
 		read -r n <"/sys/class/infiniband/$DEV/ports/1/hw_counters/$c" && sum=$((sum + n))
 	done
 	echo $sum

@@ -170,7 +170,6 @@ size_t rxe_rs_helper_umem_pages(struct ib_umem *umem, struct page **pages, size_
 	return n;
 }
 
-/* Copies len bytes between buf and page at offset (within one page). */
 /* The page of kernel virtual address `addr` (an SGE of a DMA MR: ib_virt_dma_to_page), or NULL
  * if it is not in the linear map (vmalloc, user or bogus addresses). */
 struct page *rxe_rs_helper_kva_page(u64 addr)
@@ -180,6 +179,7 @@ struct page *rxe_rs_helper_kva_page(u64 addr)
 	return ib_virt_dma_to_page(addr);
 }
 
+/* Copies len bytes between buf and page at offset (within one page). */
 void rxe_rs_helper_page_copy(struct page *page, size_t offset, void *buf, size_t len, bool to_page)
 {
 	void *va = kmap_local_page(page);
@@ -189,6 +189,27 @@ void rxe_rs_helper_page_copy(struct page *page, size_t offset, void *buf, size_t
 	else
 		memcpy(buf, va + offset, len);
 	kunmap_local(va);
+}
+
+/*
+ * An RC atomic on the 8 bytes at offset (8-byte aligned) of page: compare-and-swap when
+ * cmp_swap, else fetch-and-add of compare_add. Returns the original value. The CPU's own
+ * atomics, so it is atomic against every other atomic on these bytes: ours on any QP or CPU,
+ * and a process's own on its memory (cmpxchg64/atomic64 are static inlines).
+ */
+u64 rxe_rs_helper_page_atomic64(struct page *page, size_t offset, bool cmp_swap, u64 compare_add,
+				u64 swap)
+{
+	void *va = kmap_local_page(page);
+	u64 *p = va + offset;
+	u64 orig;
+
+	if (cmp_swap)
+		orig = cmpxchg64(p, compare_add, swap);
+	else
+		orig = atomic64_fetch_add(compare_add, (atomic64_t *)p);
+	kunmap_local(va);
+	return orig;
 }
 
 /* Transmit: an skb with room for the link-layer header, `len` bytes of datagram put. */

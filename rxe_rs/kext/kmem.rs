@@ -3,7 +3,12 @@
 //! through a DMA MR on a device without a DMA device (the RDMA core's "virtual DMA": the
 //! `ib_dma_*` helpers hand out kernel virtual addresses).
 
-use super::bindings;
+use super::{
+    atomic64::{self, AtomicError},
+    bindings,
+};
+use crate::proto::atomic::AtomicOp;
+use core::ptr::NonNull;
 use kernel::page::PAGE_SIZE;
 
 /// Copies between `buf` and the `len` bytes of kernel memory at `addr`, page by page through
@@ -39,4 +44,14 @@ pub(crate) fn read(addr: u64, out: &mut [u8]) -> Result<(), ()> {
 /// Copies `data` to kernel virtual address `addr`.
 pub(crate) fn write(addr: u64, data: &[u8]) -> Result<(), ()> {
     copy(addr, data.as_ptr().cast_mut(), data.len(), true)
+}
+
+/// Executes the atomic `op` on the 8 bytes at kernel virtual address `addr`; returns their
+/// original value.
+pub(crate) fn atomic(addr: u64, op: AtomicOp) -> Result<u64, AtomicError> {
+    // SAFETY: a lookup that validates `addr` before computing its page.
+    let page = unsafe { bindings::rxe_rs_helper_kva_page(addr) };
+    let page = NonNull::new(page).ok_or(AtomicError::OutOfBounds)?;
+    // SAFETY: a page of the linear map; `on_page` checks the offset.
+    unsafe { atomic64::on_page(page, (addr % PAGE_SIZE as u64) as usize, op) }
 }

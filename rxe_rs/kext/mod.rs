@@ -7,6 +7,7 @@
 //! borrowed as `#[repr(transparent)]` wrappers over [`Opaque`](kernel::types::Opaque);
 //! registrations are RAII objects that unregister on drop.
 
+pub(crate) mod atomic64;
 mod bindings;
 pub(crate) mod crc;
 pub(crate) mod errno;

@@ -2,7 +2,11 @@
 //! User memory pinned for RDMA (`ib_umem`): the pages stay in memory and in place until drop,
 //! and the datapath copies bytes in and out of them through temporary kernel mappings.
 
-use super::bindings;
+use super::{
+    atomic64::{self, AtomicError},
+    bindings,
+};
+use crate::proto::atomic::{AtomicOp, ATOMIC_BYTES};
 use core::ptr::NonNull;
 use kernel::{error::from_err_ptr, prelude::*};
 
@@ -92,6 +96,20 @@ impl PinnedUserMemory {
             done += n;
         }
         Ok(())
+    }
+
+    /// Executes the atomic `op` on the 8 bytes at offset `at`; returns their original value.
+    pub(crate) fn atomic(&self, at: usize, op: AtomicOp) -> Result<u64, AtomicError> {
+        if at
+            .checked_add(ATOMIC_BYTES as usize)
+            .map_or(true, |end| end > self.len)
+        {
+            return Err(AtomicError::OutOfBounds);
+        }
+        let pos = self.offset + at;
+        let page = self.pages[pos / PAGE_SIZE];
+        // SAFETY: the page is pinned (type invariant); `on_page` checks the offset.
+        unsafe { atomic64::on_page(page, pos % PAGE_SIZE, op) }
     }
 
     /// Copies `out.len()` bytes at offset `at` out of the memory.

@@ -8,9 +8,10 @@ use crate::{
     kext::ib::{NetworkType, QpState},
     kext::mmap::RingIndex,
     proto::{
+        atomic::parse_ack,
         completer::{on_aeth, unacknowledged_from, AckOutcome, AfterAck, RemoteError},
         headers::{Aeth, NakCode, Syndrome},
-        opcode::Transport,
+        opcode::{Transport, AETH_BYTES},
         packet::Datagram,
         psn::Psn,
         send_queue::ReadResponse,
@@ -152,7 +153,7 @@ fn handle_response_locked(qp: &QpInner, s: &mut QpLocked, d: &Datagram<'_>) -> C
     let outcome = if d.info.is_read {
         read_response(qp, s, d, psn)
     } else if d.info.atomic_ack_eth {
-        return Counter::RcvdUnsupported;
+        atomic_response(qp, s, d, psn)
     } else {
         match aeth {
             Some(a) => ack(qp, s, a, psn),
@@ -226,16 +227,11 @@ fn ack(qp: &QpInner, s: &mut QpLocked, aeth: Aeth, psn: Psn) -> core::result::Re
     Ok(())
 }
 
-/// A READ response: earlier WQEs are implicitly acknowledged; the payload goes into the READ's
-/// local buffers in order.
-fn read_response(
-    qp: &QpInner,
-    s: &mut QpLocked,
-    d: &Datagram<'_>,
-    psn: Psn,
-) -> core::result::Result<(), Counter> {
-    // Retire what precedes the READ this response belongs to.
-    let index = loop {
+/// The WQE a READ response or atomic acknowledge at `psn` answers, once the WQEs before it
+/// were retired (the response implicitly acknowledges them); `Err` with the counter for a
+/// response that answers nothing now.
+fn answered_work(qp: &QpInner, s: &mut QpLocked, psn: Psn) -> core::result::Result<u32, Counter> {
+    loop {
         match s.req.q.read_response(psn) {
             ReadResponse::Stale => return Err(Counter::RcvdStaleResponse),
             ReadResponse::RetireOldest => retire(qp, &mut s.req, WcStatus::Success),
@@ -252,10 +248,26 @@ fn read_response(
                 }
                 return Err(Counter::RcvdPsnGap);
             }
-            ReadResponse::Next(index) => break index,
+            ReadResponse::Next(index) => return Ok(index),
         }
-    };
+    }
+}
+
+/// A READ response: earlier WQEs are implicitly acknowledged; the payload goes into the READ's
+/// local buffers in order.
+fn read_response(
+    qp: &QpInner,
+    s: &mut QpLocked,
+    d: &Datagram<'_>,
+    psn: Psn,
+) -> core::result::Result<(), Counter> {
+    let index = answered_work(qp, s, psn)?;
     let w = *s.req.q.work(index);
+    if w.atomic {
+        // A READ response where an atomic's acknowledge belongs.
+        qp.fail(s, index, WcStatus::BadRespErr);
+        return Err(Counter::RcvdInvalidRequest);
+    }
     let mtu = s.attrs.path_mtu.bytes();
     // `read_got < npkts`, so the offset is below the READ's length (at most 2^31).
     let offset = w.read_got.saturating_mul(mtu);
@@ -288,6 +300,42 @@ fn read_response(
     if is_last {
         retire(qp, &mut s.req, WcStatus::Success);
     }
+    Ok(())
+}
+
+/// An atomic acknowledge: earlier WQEs are implicitly acknowledged; the original value goes
+/// into the atomic's local buffer (8 bytes, in host order as the remote memory held them).
+fn atomic_response(
+    qp: &QpInner,
+    s: &mut QpLocked,
+    d: &Datagram<'_>,
+    psn: Psn,
+) -> core::result::Result<(), Counter> {
+    // The AETH comes first (checked by the caller), then the AtomicAckETH.
+    let orig = d
+        .ext_headers
+        .get(AETH_BYTES..)
+        .and_then(parse_ack)
+        .ok_or(Counter::RcvdMalformed)?;
+    let index = answered_work(qp, s, psn)?;
+    if !s.req.q.work(index).atomic {
+        // An atomic acknowledge where a READ's responses belong.
+        qp.fail(s, index, WcStatus::BadRespErr);
+        return Err(Counter::RcvdInvalidRequest);
+    }
+    if let Err(status) = sgl::scatter(
+        qp.res(),
+        qp.pd,
+        s.req.sges_of(index),
+        0,
+        &orig.to_ne_bytes(),
+    ) {
+        qp.fail(s, index, status);
+        return Err(Counter::RcvdPkts);
+    }
+    s.req.q.read_response_arrived(index, psn);
+    s.req.reads.received_before(psn.add(1));
+    retire(qp, &mut s.req, WcStatus::Success);
     Ok(())
 }
 

@@ -92,7 +92,9 @@ pub(crate) fn send(qp: &QpInner, s: &mut QpLocked) -> RunEnd {
                         src_qp: qp.qpn,
                     }),
                     reth: None,
+                    atomic_eth: None,
                     aeth: None,
+                    atomic_ack: None,
                     immdt: imm.then_some(wqe.imm_data.to_ne_bytes()),
                     payload_len: w.len,
                 };

@@ -286,12 +286,12 @@ impl QpInner {
 
     /// `modify_qp`: validates everything first, then applies it all under the lock.
     pub(crate) fn modify(self: &Arc<Self>, attr: &QpAttr, m: QpAttrMask) -> Result {
-        // READ reply slots for a new `max_dest_rd_atomic`, allocated before the lock is taken
-        // (a value out of range is refused below).
-        let read_slots = if m.contains(QpAttrMask::MAX_DEST_RD_ATOMIC)
+        // Reply slots for a new `max_dest_rd_atomic`, allocated before the lock is taken (a
+        // value out of range is refused below).
+        let reply_slots = if m.contains(QpAttrMask::MAX_DEST_RD_ATOMIC)
             && u32::from(attr.max_dest_rd_atomic) <= limits::MAX_RD_ATOMIC
         {
-            Some(responder::read_reply_slots(attr.max_dest_rd_atomic)?)
+            Some(responder::ReplySlots::new(attr.max_dest_rd_atomic)?)
         } else {
             None
         };
@@ -401,7 +401,7 @@ impl QpInner {
         *a = new;
         // The old slots (or the new ones, if more READs are owed than they hold) are freed
         // when this returns; kfree may run under a spinlock.
-        let _unused_read_slots = read_slots.map(|slots| s.resp.replace_read_slots(slots));
+        let _unused_slots = reply_slots.map(|slots| s.resp.replace_reply_slots(slots));
         if next == QpState::Rtr && cur != QpState::Rtr {
             s.resp.start(new.rq_psn);
         }

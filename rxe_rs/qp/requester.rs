@@ -11,6 +11,7 @@ use crate::{
     net::transmit::{Transmitter, TxError},
     proto::{
         ack_request::{asks_ack, Place},
+        atomic::{is_aligned, AtomicEth, AtomicOp, ATOMIC_BYTES},
         av::AddressVector,
         headers::{Bth, Reth},
         mtu::IbMtu,
@@ -63,6 +64,8 @@ pub(crate) fn wc_opcode(opcode: u32) -> u32 {
     match opcode {
         send_opcode::RDMA_WRITE | send_opcode::RDMA_WRITE_WITH_IMM => wc_opcode::RDMA_WRITE,
         send_opcode::RDMA_READ => wc_opcode::RDMA_READ,
+        send_opcode::ATOMIC_CMP_AND_SWP => wc_opcode::COMP_SWAP,
+        send_opcode::ATOMIC_FETCH_AND_ADD => wc_opcode::FETCH_ADD,
         send_opcode::LOCAL_INV => wc_opcode::LOCAL_INV,
         send_opcode::BIND_MW => wc_opcode::BIND_MW,
         send_opcode::REG_MR => wc_opcode::REG_MR,
@@ -171,7 +174,7 @@ impl Requester {
         let index = self.q.fetched;
         let slot = self.q.slot(index);
         let wqe: SendWqe = qp.sq.read(index, 0).unwrap_or_default();
-        let is_read = wqe.opcode == send_opcode::RDMA_READ;
+        let is_read = answered_by_response(wqe.opcode);
         // Whatever happens next, completions report this WQE's id and opcode.
         self.wqes[slot] = wqe;
         if is_local(wqe.opcode) {
@@ -196,10 +199,12 @@ impl Requester {
         match self.check(qp, index, wqe) {
             Ok((wqe, len)) => {
                 self.wqes[slot] = wqe;
-                self.q
-                    .push(len, is_read, mtu)
-                    .map(|_| ())
-                    .ok_or((index, WcStatus::LocQpOpErr))
+                let pushed = if is_atomic(wqe.opcode) {
+                    self.q.push_atomic(len)
+                } else {
+                    self.q.push(len, is_read, mtu)
+                };
+                pushed.map(|_| ()).ok_or((index, WcStatus::LocQpOpErr))
             }
             Err(status) => {
                 let _ = self.q.push_unnumbered(is_read);
@@ -221,6 +226,12 @@ impl Requester {
             return Err(WcStatus::LocQpOpErr);
         }
         let inline = wqe.flags & send_flags::INLINE != 0;
+        let atomic = is_atomic(wqe.opcode);
+        // The provider refuses these at posting (EINVAL); a process writing its own ring gets
+        // the WQE failed instead. Its 8-byte result needs a buffer, not inline data.
+        if atomic && (inline || !is_aligned(wqe.remote_addr)) {
+            return Err(WcStatus::LocQpOpErr);
+        }
         let len: u64 = if inline {
             if wqe.opcode == send_opcode::RDMA_READ || wqe.inline_len as usize > self.max_inline {
                 return Err(WcStatus::LocLenErr);
@@ -251,7 +262,8 @@ impl Requester {
             }
             total
         };
-        if len > u64::from(limits::MAX_MSG_SIZE) {
+        // An atomic's result takes the first 8 bytes its SGEs name.
+        if len > u64::from(limits::MAX_MSG_SIZE) || (atomic && len < u64::from(ATOMIC_BYTES)) {
             return Err(WcStatus::LocLenErr);
         }
         // A remote range that wraps past 2^64 lies in no MR: fail it as any responder would
@@ -290,6 +302,8 @@ pub(crate) fn carries(qp_type: QpType, opcode: u32) -> bool {
                 | send_opcode::RDMA_WRITE
                 | send_opcode::RDMA_WRITE_WITH_IMM
                 | send_opcode::RDMA_READ
+                | send_opcode::ATOMIC_CMP_AND_SWP
+                | send_opcode::ATOMIC_FETCH_AND_ADD
         ),
         QpType::Uc => matches!(
             opcode,
@@ -300,6 +314,34 @@ pub(crate) fn carries(qp_type: QpType, opcode: u32) -> bool {
         ),
         QpType::Ud | QpType::Gsi => {
             matches!(opcode, send_opcode::SEND | send_opcode::SEND_WITH_IMM)
+        }
+    }
+}
+
+/// An RC atomic: COMPARE SWAP or FETCH ADD on 8 remote bytes.
+pub(crate) fn is_atomic(opcode: u32) -> bool {
+    matches!(
+        opcode,
+        send_opcode::ATOMIC_CMP_AND_SWP | send_opcode::ATOMIC_FETCH_AND_ADD
+    )
+}
+
+/// Completes with its response, not with an ACK: an RDMA READ or an atomic. Both take one of
+/// the `max_rd_atomic` credits.
+fn answered_by_response(opcode: u32) -> bool {
+    opcode == send_opcode::RDMA_READ || is_atomic(opcode)
+}
+
+/// The operation an atomic WQE asks for.
+fn atomic_op(wqe: &SendWqe) -> AtomicOp {
+    if wqe.opcode == send_opcode::ATOMIC_CMP_AND_SWP {
+        AtomicOp::CompareSwap {
+            compare: wqe.compare_add,
+            swap: wqe.swap,
+        }
+    } else {
+        AtomicOp::FetchAdd {
+            add: wqe.compare_add,
         }
     }
 }
@@ -588,6 +630,22 @@ fn send_packet(
     let w = req.q.work(index);
     let wqe = req.wqe(index);
     let av = *av;
+    if w.atomic {
+        let op = atomic_op(wqe);
+        let frame = Frame {
+            av,
+            sport: qp.sport,
+            bth: Bth::rc(op.opcode().0, dest_qpn, w.first_psn, true, false),
+            deth: None,
+            reth: None,
+            atomic_eth: Some(AtomicEth::of(op, wqe.remote_addr, wqe.rkey)),
+            aeth: None,
+            atomic_ack: None,
+            immdt: None,
+            payload_len: 0,
+        };
+        return tx.send(&frame, |_| Ok(())).map(|()| true);
+    }
     if w.is_read {
         // The responses from `sent` on: a part of the message, or after a loss its rest. The
         // remote range was checked at fetch; checked again rather than trusted.
@@ -616,7 +674,9 @@ fn send_packet(
                 rkey: wqe.rkey,
                 dma_len,
             }),
+            atomic_eth: None,
             aeth: None,
+            atomic_ack: None,
             immdt: None,
             payload_len: 0,
         };
@@ -651,7 +711,9 @@ fn send_packet(
             rkey: wqe.rkey,
             dma_len: w.len,
         }),
+        atomic_eth: None,
         aeth: None,
+        atomic_ack: None,
         // The IETH of SEND WITH INVALIDATE takes the place of immediate data.
         immdt: if has_imm {
             Some(wqe.imm_data.to_ne_bytes())
@@ -672,7 +734,7 @@ fn send_packet(
 pub(crate) fn fetch_for_flush(qp: &QpInner, req: &mut Requester, end: u32) {
     while req.q.fetched != end {
         let wqe: SendWqe = qp.sq.read(req.q.fetched, 0).unwrap_or_default();
-        let Some(index) = req.q.push_unnumbered(wqe.opcode == send_opcode::RDMA_READ) else {
+        let Some(index) = req.q.push_unnumbered(answered_by_response(wqe.opcode)) else {
             return; // every copy in use: the flush retires these first
         };
         let slot = req.q.slot(index);

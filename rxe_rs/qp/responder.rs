@@ -19,6 +19,7 @@ use crate::{
     net::transmit::{Transmitter, TxError},
     proto::{
         admit::{admit, Refusal},
+        atomic::{is_aligned, AtomicEth, AtomicResult, AtomicResults},
         av::AddressVector,
         headers::{Aeth, Bth, NakCode, Reth, Syndrome, AETH_NO_CREDITS},
         opcode::{Opcode, Transport},
@@ -32,7 +33,7 @@ use crate::{
     qp::{self, QpInner, QpLocked},
     uapi::{wc_flags, wc_opcode, Cqe, RecvWqe, Sge, WcStatus},
     verbs::cq::{CqeSource, RxeCq},
-    verbs::sgl,
+    verbs::{mr::AccessError, sgl},
 };
 
 /// A receive WQE taken from the RQ, and how far a message has filled it.
@@ -75,31 +76,41 @@ pub(crate) struct Responder {
     pub(crate) rq_consumer: u32,
     /// A sequence NAK went out for the current expected PSN: do not repeat it per packet.
     pub(crate) nak_sent: bool,
-    /// READ responses still to send, in PSN order.
+    /// READ responses and atomic acknowledges still to send, in PSN order.
     reads: ReadReplies<KVec<ReadReply>>,
+    /// The results of the atomics executed last, for their repeats.
+    atomics: AtomicResults<KVec<AtomicResult>>,
     /// The ACK or NAK to send once `reads` is empty (the latest supersedes earlier ones).
     deferred_ack: Option<(Syndrome, Psn)>,
 }
 
 impl Responder {
-    /// A responder in RESET, with the READ reply slots of `max_dest_rd_atomic` 0.
+    /// A responder in RESET, with the reply slots of `max_dest_rd_atomic` 0.
     pub(crate) fn new() -> Result<Self> {
-        let slots = read_reply_slots(0)?;
+        let slots = ReplySlots::new(0)?;
         Ok(Self {
             seq: ResponderSeq::default(),
             recv: None,
             write: None,
             rq_consumer: 0,
             nak_sent: false,
-            reads: ReadReplies::new(slots),
+            reads: ReadReplies::new(slots.reads),
+            atomics: AtomicResults::new(slots.atomics),
             deferred_ack: None,
         })
     }
 
-    /// Takes the READ reply slots made for a new `max_dest_rd_atomic` (what is owed moves
-    /// over) and returns the old ones, or returns `slots` if more is owed than they hold.
-    pub(crate) fn replace_read_slots(&mut self, slots: KVec<ReadReply>) -> KVec<ReadReply> {
-        self.reads.replace_slots(slots)
+    /// Takes the reply slots made for a new `max_dest_rd_atomic` (what is owed, and the
+    /// latest atomic results, move over) and returns the old ones; if more is owed than the
+    /// new slots hold, changes nothing and returns `slots`.
+    pub(crate) fn replace_reply_slots(&mut self, slots: ReplySlots) -> ReplySlots {
+        if self.reads.len() > slots.reads.len() {
+            return slots;
+        }
+        ReplySlots {
+            reads: self.reads.replace_slots(slots.reads),
+            atomics: self.atomics.replace_slots(slots.atomics),
+        }
     }
 
     /// READ replies queued (owed), for the QP's report.
@@ -117,6 +128,7 @@ impl Responder {
         self.recv = None;
         self.write = None;
         self.nak_sent = false;
+        self.atomics.clear();
     }
 
     /// Back to the creation state (RESET: the RQ starts over).
@@ -129,6 +141,25 @@ impl Responder {
     pub(crate) fn stop(&mut self) {
         self.reads.clear();
         self.deferred_ack = None;
+    }
+}
+
+/// The memory a responder answers READs and atomics from, sized by `max_dest_rd_atomic` (not
+/// for the most any QP may have, since every QP has them from its creation on): the replies
+/// it may owe at once, and the atomic results it keeps for repeats. Allocated before the QP's
+/// lock is taken, charged to the process's memory cgroup.
+pub(crate) struct ReplySlots {
+    reads: KVec<ReadReply>,
+    atomics: KVec<AtomicResult>,
+}
+
+impl ReplySlots {
+    pub(crate) fn new(max_dest_rd_atomic: u8) -> Result<Self> {
+        let n = read_reply::slots_for(max_dest_rd_atomic);
+        Ok(Self {
+            reads: KVec::from_elem(ReadReply::default(), n, GFP_KERNEL_ACCOUNT)?,
+            atomics: KVec::from_elem(AtomicResult::default(), n, GFP_KERNEL_ACCOUNT)?,
+        })
     }
 }
 
@@ -366,10 +397,12 @@ fn send_ack_now(qp: &QpInner, s: &QpLocked, syndrome: Syndrome, psn: Psn) {
         bth: Bth::rc(Opcode::RC_ACK.0, s.attrs.dest_qpn, psn, false, false),
         deth: None,
         reth: None,
+        atomic_eth: None,
         aeth: Some(Aeth {
             syndrome,
             msn: s.resp.seq.msn,
         }),
+        atomic_ack: None,
         immdt: None,
         payload_len: 0,
     };
@@ -383,17 +416,6 @@ pub(super) fn answers_requests(s: &QpLocked) -> bool {
     matches!(s.attrs.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
 }
 
-/// The READ reply slots for a QP whose requester may have `max_dest_rd_atomic` READs
-/// outstanding: sized by it (not for the most any QP may have), since every QP has them from
-/// its creation on. Charged to the process's memory cgroup.
-pub(crate) fn read_reply_slots(max_dest_rd_atomic: u8) -> Result<KVec<ReadReply>> {
-    Ok(KVec::from_elem(
-        ReadReply::default(),
-        read_reply::slots_for(max_dest_rd_atomic),
-        GFP_KERNEL_ACCOUNT,
-    )?)
-}
-
 /// Queues the responses to a READ request at `psn` (`repeated`: asked for again); the caller
 /// has them sent.
 fn queue_read(
@@ -404,9 +426,19 @@ fn queue_read(
 ) -> core::result::Result<(), Failure> {
     let mtu = s.attrs.path_mtu;
     let reply = ReadReply::new(reth.rkey, reth.va, reth.dma_len, psn, s.resp.seq.msn, mtu);
-    // The requester may have `max_dest_rd_atomic` READs outstanding (our responder resources;
-    // 0 counts as 1, as a requester with `max_rd_atomic` 0 still sends one): one more is an
-    // invalid request. Replies fully sent leave the queue at once, so only those still owed
+    queue_reply(s, reply, repeated)
+}
+
+/// Queues `reply` to a READ or atomic (`repeated`: asked for again); the caller has it sent.
+fn queue_reply(
+    s: &mut QpLocked,
+    reply: ReadReply,
+    repeated: bool,
+) -> core::result::Result<(), Failure> {
+    let mtu = s.attrs.path_mtu;
+    // The requester may have `max_dest_rd_atomic` READs and atomics outstanding (our
+    // responder resources; 0 counts as 1, as a requester with `max_rd_atomic` 0 still sends
+    // one): one more is an invalid request. Replies fully sent leave the queue at once, so only those still owed
     // count, and only to new requests. A repeated READ replaces what is owed from its PSN on.
     if !repeated
         && s.resp.reads.owed_to_new_requests() >= usize::from(s.attrs.max_dest_rd_atomic.max(1))
@@ -506,12 +538,14 @@ fn send_read_response(
         bth: Bth::rc(r.opcode.0, s.attrs.dest_qpn, r.psn, false, false),
         deth: None,
         reth: None,
+        atomic_eth: None,
         aeth: aeth.then_some(Aeth {
             syndrome: Syndrome::Ack {
                 credits: AETH_NO_CREDITS,
             },
             msn: r.msn,
         }),
+        atomic_ack: r.atomic_orig,
         immdt: None,
         payload_len: r.len,
     };
@@ -610,14 +644,10 @@ fn handle_request_locked(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) 
             return Counter::RcvdInvalidRequest;
         }
     }
-    if d.info.atomic_eth {
-        // Atomics are not offered (atomic_cap NONE): from our peer, in sequence, that is an
-        // invalid request.
-        fail(qp, s, Failure::Invalid, psn);
-        return Counter::RcvdUnsupported;
-    }
     let (reth, imm, carried) = extended_headers(d);
-    let result = if d.info.is_send {
+    let result = if d.info.atomic_eth {
+        execute_atomic(qp, s, d).map(|()| Outcome::Read(0))
+    } else if d.info.is_send {
         execute_send(qp, s, d, carried)
     } else if d.info.is_write {
         execute_write(qp, s, d, reth, imm)
@@ -630,6 +660,7 @@ fn handle_request_locked(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) 
     };
     let mtu = s.attrs.path_mtu;
     match result {
+        // An atomic's acknowledge is queued like a READ's response (one PSN, `len` 0).
         Ok(Outcome::Read(len)) => {
             s.resp.seq.advance(&d.info, len, mtu);
             s.resp.nak_sent = false;
@@ -695,7 +726,8 @@ pub(super) fn extended_headers(d: &Datagram<'_>) -> (Option<Reth>, Option<[u8; 4
 pub(super) enum Outcome {
     /// Executed: acknowledge if asked.
     Done,
-    /// An RDMA READ of this many bytes was queued for its responses.
+    /// An RDMA READ of this many bytes was queued for its responses (0 also for an atomic,
+    /// executed, its acknowledge queued).
     Read(u32),
     /// No receive WQE: the request was not executed (RC answers with an RNR NAK).
     NotReady,
@@ -822,9 +854,62 @@ pub(super) fn execute_write(
     Ok(Outcome::Done)
 }
 
+/// A COMPARE SWAP or FETCH ADD: executed at once on the 8 bytes its R_Key and address name,
+/// its result recorded for a repeat and its acknowledge queued in turn with READ responses.
+fn execute_atomic(
+    qp: &QpInner,
+    s: &mut QpLocked,
+    d: &Datagram<'_>,
+) -> core::result::Result<(), Failure> {
+    // As rdma_rxe: a QP that does not take atomics, or a requester over its credits, makes an
+    // invalid request, and so does a misaligned address; key, rights and range are access
+    // errors.
+    if !s.attrs.access.contains(Access::REMOTE_ATOMIC) {
+        return Err(Failure::Invalid);
+    }
+    if s.resp.reads.owed_to_new_requests() >= usize::from(s.attrs.max_dest_rd_atomic.max(1)) {
+        return Err(Failure::Invalid);
+    }
+    let eth = AtomicEth::parse(d.ext_headers).ok_or(Failure::Invalid)?;
+    let op = eth.op(d.bth.op()).ok_or(Failure::Invalid)?;
+    if !is_aligned(eth.va) {
+        return Err(Failure::Invalid);
+    }
+    let rkey = qp.res().lookup_rkey(eth.rkey).ok_or(Failure::Access)?;
+    let orig = rkey
+        .atomic(qp.pd, qp.serial, eth.va, op)
+        .map_err(|e| match e {
+            AccessError::Misaligned => Failure::Invalid,
+            _ => Failure::Access,
+        })?;
+    let psn = d.bth.psn;
+    s.resp.atomics.record(psn, orig);
+    queue_reply(s, ReadReply::atomic(psn, s.resp.seq.msn, orig), false)
+}
+
 /// A request we executed before: acknowledge it again, or for a READ, answer it again (the
-/// requester asks for what it lost, possibly from the middle of the responses).
+/// requester asks for what it lost, possibly from the middle of the responses), or for an
+/// atomic, send its recorded result again.
 fn duplicate(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) {
+    if d.info.atomic_eth {
+        // Never executed twice. A result no longer recorded cannot be sent: the repeat is
+        // dropped (IBA 9.7.5.2.5; a requester that follows the rules never asks for one).
+        let psn = d.bth.psn;
+        let Some(orig) = s.resp.atomics.find(psn) else {
+            return;
+        };
+        // Its MSN: what it was is not recorded; the requester does not check an MSN.
+        let msn = s.resp.seq.msn.wrapping_sub(1) & crate::proto::psn::PSN_MASK;
+        if queue_reply(s, ReadReply::atomic(psn, msn, orig), true).is_ok() {
+            // Answered from here when nothing else is owed, as a new atomic is.
+            if s.resp.reads.len() == 1 {
+                send_owed_replies(qp, s, READ_RESPONSES_INLINE);
+            } else {
+                qp::schedule_read_replies(qp);
+            }
+        }
+        return;
+    }
     if d.info.is_read {
         if let Some(reth) = Reth::parse(d.ext_headers) {
             // Only PSNs a READ executed before took: the responses must not run past them.

@@ -3,7 +3,8 @@
 //! address range and access rights that every local and remote access is checked against.
 
 use crate::{
-    kext::{ib::Access, kmem, lock::SpinLockIrq, umem::PinnedUserMemory},
+    kext::{atomic64::AtomicError, ib::Access, kmem, lock::SpinLockIrq, umem::PinnedUserMemory},
+    proto::atomic::{AtomicOp, ATOMIC_BYTES},
     uapi::WcStatus,
 };
 use core::sync::atomic::{AtomicU32, Ordering};
@@ -70,6 +71,18 @@ pub(crate) enum AccessError {
     OutOfBounds,
     /// The MR lacks the needed right, belongs to another PD, or its key is no longer valid.
     Denied,
+    /// An atomic's 8 bytes are not aligned in memory (the responder NAKs it as an invalid
+    /// request, not as an access error).
+    Misaligned,
+}
+
+impl From<AtomicError> for AccessError {
+    fn from(e: AtomicError) -> Self {
+        match e {
+            AtomicError::Misaligned => AccessError::Misaligned,
+            AtomicError::OutOfBounds => AccessError::OutOfBounds,
+        }
+    }
 }
 
 /// A QP's access to its own MRs (gather, scatter) that is refused completes its WQE with a
@@ -105,11 +118,19 @@ impl FixedRegion {
 
     fn copy(&self, addr: u64, offset: u64, buf: Buf<'_>) -> Result<(), AccessError> {
         let offset = usize::try_from(offset).map_err(|_| AccessError::OutOfBounds)?;
+        if let Buf::Atomic(op, orig) = buf {
+            *orig = match &self.backing {
+                Backing::User(memory) => memory.atomic(offset, op),
+                Backing::Dma => kmem::atomic(addr, op),
+            }?;
+            return Ok(());
+        }
         match (&self.backing, buf) {
             (Backing::User(memory), Buf::Out(out)) => memory.read(offset, out),
             (Backing::User(memory), Buf::In(data)) => memory.write(offset, data),
             (Backing::Dma, Buf::Out(out)) => kmem::read(addr, out).map_err(|()| EFAULT),
             (Backing::Dma, Buf::In(data)) => kmem::write(addr, data).map_err(|()| EFAULT),
+            (_, Buf::Atomic(..)) => Ok(()), // executed above
         }
         .map_err(|_| AccessError::OutOfBounds)
     }
@@ -227,12 +248,25 @@ impl FastRegion {
         offset_in(self.iova, self.len, addr, len)
     }
 
-    /// Copies at `offset` of the registration, page by page.
+    /// Copies at `offset` of the registration, page by page (an atomic's 8 bytes, aligned,
+    /// never cross a page).
     fn copy(&self, offset: u64, mut buf: Buf<'_>) -> Result<(), AccessError> {
         let page_size = 1u64 << self.page_shift;
         let mut at = offset
             .checked_add(self.first_offset)
             .ok_or(AccessError::OutOfBounds)?;
+        if let Buf::Atomic(op, orig) = buf {
+            let page =
+                usize::try_from(at >> self.page_shift).map_err(|_| AccessError::OutOfBounds)?;
+            let base = *self.pages[..self.npages]
+                .get(page)
+                .ok_or(AccessError::OutOfBounds)?;
+            let kva = base
+                .checked_add(at & (page_size - 1))
+                .ok_or(AccessError::OutOfBounds)?;
+            *orig = kmem::atomic(kva, op)?;
+            return Ok(());
+        }
         let mut done = 0usize;
         while done < buf.len() {
             let page =
@@ -247,6 +281,7 @@ impl FastRegion {
             match &mut buf {
                 Buf::Out(out) => kmem::read(kva, &mut out[done..done + n]),
                 Buf::In(data) => kmem::write(kva, &data[done..done + n]),
+                Buf::Atomic(..) => Ok(()), // executed above
             }
             .map_err(|()| AccessError::OutOfBounds)?;
             done += n;
@@ -256,12 +291,14 @@ impl FastRegion {
     }
 }
 
-/// The two directions of a copy.
+/// What an access does with the bytes: copies out or in, or an atomic on 8 of them.
 pub(crate) enum Buf<'a> {
     /// Out of the MR.
     Out(&'a mut [u8]),
     /// Into the MR.
     In(&'a [u8]),
+    /// Executes the operation and stores the original value.
+    Atomic(AtomicOp, &'a mut u64),
 }
 
 impl Buf<'_> {
@@ -269,6 +306,7 @@ impl Buf<'_> {
         match self {
             Buf::Out(b) => b.len(),
             Buf::In(b) => b.len(),
+            Buf::Atomic(..) => ATOMIC_BYTES as usize,
         }
     }
 }

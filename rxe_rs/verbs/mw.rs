@@ -11,6 +11,7 @@ use crate::{
         ib::{Access, MwType},
         lock::{new_spinlock_irq, SpinLockIrq},
     },
+    proto::atomic::{AtomicOp, ATOMIC_BYTES},
     uapi::BindMw,
     verbs::mr::{self, AccessError, Buf, KeyedMr, MrInner, PdId},
 };
@@ -297,6 +298,27 @@ impl RemoteKey {
     ) -> Result<(), AccessError> {
         let len = data.len() as u64;
         self.access(pd, qp, addr, len, rights, Some(Buf::In(data)))
+    }
+
+    /// Executes the atomic `op` on the 8 bytes at `addr`, for the peer of the QP with serial
+    /// `qp` in PD `pd`; returns their original value.
+    pub(crate) fn atomic(
+        &self,
+        pd: PdId,
+        qp: u64,
+        addr: u64,
+        op: AtomicOp,
+    ) -> Result<u64, AccessError> {
+        let mut orig = 0;
+        self.access(
+            pd,
+            qp,
+            addr,
+            u64::from(ATOMIC_BYTES),
+            Access::REMOTE_ATOMIC,
+            Some(Buf::Atomic(op, &mut orig)),
+        )?;
+        Ok(orig)
     }
 
     /// Checks an access of `len` bytes at `addr` needing `rights`.

@@ -27,7 +27,8 @@ from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.wr import RecvWR, SGE, SendWR
 import pyverbs.enums as e
 
-RW = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+# Atomics too: the hostile peer's COMPARE SWAPs and FETCH ADDs reach their execution.
+RW = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_REMOTE_ATOMIC
 MR_SIZE = 64 * 1024
 STALL_WATCH_S = 120
 STATES = {e.IBV_QPS_RESET: "RESET", e.IBV_QPS_INIT: "INIT", e.IBV_QPS_RTR: "RTR", e.IBV_QPS_RTS: "RTS",
@@ -42,7 +43,7 @@ def rc_qp(ctx, pd, cq):
 def to_rts(qp, gid_index, dgid, dest_qpn, post=lambda: None):
     init = QPAttr(qp_state=e.IBV_QPS_INIT)
     init.pkey_index, init.port_num = 0, 1
-    init.qp_access_flags = e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+    init.qp_access_flags = e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_REMOTE_ATOMIC
     qp.modify(init, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
     post()
     rtr = QPAttr(qp_state=e.IBV_QPS_RTR)

@@ -77,6 +77,9 @@ class Channel:
 
 
 class End:
+    # What the peer may do to our memory through the QP.
+    REMOTE_ACCESS = e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+
     def __init__(self, device, size):
         self.ctx = Context(name=device)
         self.pd = PD(self.ctx)
@@ -92,7 +95,7 @@ class End:
     def connect(self, peer):
         init = QPAttr(qp_state=e.IBV_QPS_INIT)
         init.pkey_index, init.port_num = 0, 1
-        init.qp_access_flags = e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+        init.qp_access_flags = self.REMOTE_ACCESS
         self.qp.modify(init, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
         rtr = QPAttr(qp_state=e.IBV_QPS_RTR)
         rtr.path_mtu, rtr.dest_qp_num, rtr.rq_psn = e.IBV_MTU_1024, peer["qpn"], 0
@@ -248,11 +251,13 @@ def client(end, chan, size):
     return True
 
 
-def open_channel(role, peer_ip, port):
-    """The out-of-band channel: the server accepts on `port`, the client connects to it."""
+def open_channel(role, peer_ip, port, listener=None):
+    """The out-of-band channel: the server accepts on `port` (on `listener` if given, for
+    several clients), the client connects to it."""
     if role == "server":
-        listener = socket.create_server(("0.0.0.0", port), reuse_port=True)
-        listener.settimeout(300)
+        if listener is None:
+            listener = socket.create_server(("0.0.0.0", port), reuse_port=True)
+            listener.settimeout(300)
         sock, _ = listener.accept()
     else:
         deadline = time.time() + 300

@@ -5,8 +5,13 @@ KIND: valid | bad_icrc | truncated | bad_opcode | garbage | random
       | op:OPCODE:PSN:LEN:CHAR[:PKEY]  (a well-formed packet: opcode, PSN, LEN bytes of CHAR)
       | read:PSN:VA:RKEY:LEN    (an RDMA READ request for LEN bytes at VA under RKEY)
       | ack:PSN:MSN             (an RC ACKNOWLEDGE with an ACK AETH)
+      | faa:PSN:VA:RKEY:ADD     (an RC FETCH ADD of ADD to the 8 bytes at VA under RKEY)
+      | cas:PSN:VA:RKEY:COMPARE:SWAP  (an RC COMPARE SWAP)
 Several comma-separated KINDs go out in order, COUNT times each (a Python start costs seconds
-in a TCG guest: batch what can be batched).
+in a TCG guest: batch what can be batched). With REPLIES=N in the environment it first binds
+UDP port 4791 and, after sending, prints the first N RoCE packets that come back there, a line
+each: "reply OPCODE PSN SYNDROME [ORIG]" (hex opcode and syndrome; ORIG, the original value of
+an atomic acknowledge, in decimal), or "no more replies" after 5 s without one.
 """
 import os
 import random
@@ -44,6 +49,13 @@ def packet(src, dst, qpn, kind, rng):
         psn, va, rkey, length = (int(x, 0) for x in kind.split(":")[1:])
         reth = struct.pack("!QII", va, rkey, length)
         return datagram(src, dst, qpn, opcode=0x0C, psn=psn, payload=reth)
+    if kind.startswith("faa:") or kind.startswith("cas:"):
+        fields = [int(x, 0) for x in kind.split(":")[1:]]
+        psn, va, rkey = fields[:3]
+        # AtomicETH: VA, R_Key, swap (or add) data, compare data.
+        swap_add, compare = (fields[4], fields[3]) if kind.startswith("cas:") else (fields[3], 0)
+        eth = struct.pack("!QIQQ", va, rkey, swap_add, compare)
+        return datagram(src, dst, qpn, opcode=0x13 if kind.startswith("cas:") else 0x14, psn=psn, payload=eth)
     if kind.startswith("ack:"):
         psn, msn = (int(x, 0) for x in kind.split(":")[1:])
         return datagram(src, dst, qpn, opcode=0x11, psn=psn, payload=struct.pack("!I", 0x1F << 24 | msn & 0xFFFFFF))
@@ -84,11 +96,25 @@ def packet(src, dst, qpn, kind, rng):
 def main():
     src, dst, qpn, kinds = sys.argv[1], sys.argv[2], int(sys.argv[3], 0), sys.argv[4].split(",")
     count = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+    replies = int(os.environ.get("REPLIES", "0"))
+    if replies:
+        rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        rx.bind(("0.0.0.0", 4791))
+        rx.settimeout(5)
     s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
     rng = random.Random(4791)
     for kind in kinds:
         for _ in range(count):
             s.sendto(packet(src, dst, qpn, kind, rng), (dst, 0))
+    for _ in range(replies):
+        try:
+            bth = rx.recv(2048)
+        except socket.timeout:
+            print("no more replies", flush=True)
+            break
+        opcode, psn, syndrome = bth[0], int.from_bytes(bth[9:12], "big"), bth[12] if len(bth) > 12 else 0
+        orig = f" {int.from_bytes(bth[16:24], 'big')}" if opcode == 0x12 else ""
+        print(f"reply {opcode:#x} {psn} {syndrome:#x}{orig}", flush=True)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 # RC and UD between two VMs (scripts/vm-pair.sh), in three pairings in one boot: rxe_rs on both
 # ends, rxe_rs (A) with the C rdma_rxe (B), and rdma_rxe (A) with rxe_rs (B). With rdma_rxe:
 # ibv_rc_pingpong with payload checking (-c) at 1 B..1 MiB, with and without completion events
-# (-e); perftest send/write/read bandwidth and latency, and a stream of 2000 small WRITEs; UC:
+# (-e); perftest send/write/read bandwidth and latency, and a stream of 2000 small WRITEs;
+# atomics (perftest's FETCH ADD and COMPARE SWAP, and pair_atomic.py's exact results); UC:
 # ibv_uc_pingpong -c, perftest WRITE bandwidth and SEND latency; ibv_ud_pingpong at 1 B and the MTU, perftest UD send bandwidth and latency, and pair_ud.py,
 # which checks every UD byte and echoes through ibv_create_ah_from_wc; over rdma_cm (ib_cm MADs
 # on QP1): rping -V and ucmatose over IPv4 and IPv6, udaddy, mckey (multicast from B to A: 10
@@ -36,7 +37,7 @@ cases() {
 # and at 1 MiB, with and without events, bandwidth both ways (READ: responses from A), UD bytes
 # (pair_ud.py), rdma_cm across hosts (rping over IPv6, SIDR, a killed client's disconnect), and
 # the UC pingpong (guest/uc.py checks UC's bytes and drops over loopback).
-self_cases='^(ibv_rc_pingpong -c -s 1 |ibv_rc_pingpong -c -e -s 1048576|ib_(write|read)_bw -F|counted|pair_ud.py|cm (rping6|disconnect)$|ib_send_lat -c UD -R|ibv_uc_pingpong)'
+self_cases='^(ibv_rc_pingpong -c -s 1 |ibv_rc_pingpong -c -e -s 1048576|ib_(write|read)_bw -F|counted|pair_ud.py|cm (rping6|disconnect)$|ib_send_lat -c UD -R|ibv_uc_pingpong|ib_atomic_bw -F -A FETCH|pair_atomic.py)'
 
 all_cases() {
 	local size events t
@@ -54,6 +55,12 @@ all_cases() {
 	for t in ib_send_lat ib_write_lat ib_read_lat; do
 		echo "$t -F -s 64 -n 20"
 	done
+	# Atomics: perftest's, and pair_atomic.py, which checks their results (3 processes' FETCH
+	# ADDs and COMPARE SWAPs on one word, every value returned once, the sum exact).
+	echo "ib_atomic_bw -F -A FETCH_AND_ADD -n 200"
+	echo "ib_atomic_bw -F -A CMP_AND_SWAP -n 200"
+	echo "ib_atomic_lat -F -A FETCH_AND_ADD -n 100"
+	echo "pair_atomic.py"
 	# A stream of small WRITEs, with the counters that show what it cost (counted_exchange).
 	echo "counted ib_write_bw -F -s 64 -n 2000"
 	# UC: nothing acknowledges it, so a packet the link loses (the host's socket buffer under
@@ -289,6 +296,13 @@ ud_data_exchange() {
 	/usr/bin/python3 -u "$RXE_RS_ROOT/selftests/guest/pair_ud.py" "$role" "$DEV" "$PAIR_PEER_IP" 18701
 }
 
+# pair_atomic.py as server (A) or client (B), on its own port.
+atomic_exchange() {
+	local role=server
+	[[ $PAIR_ROLE == b ]] && role=client
+	/usr/bin/python3 -u "$RXE_RS_ROOT/selftests/guest/pair_atomic.py" "$role" "$DEV" "$PAIR_PEER_IP" 18702
+}
+
 # One pairing LABEL, with stack MINE here. Both report every exchange (so both logs show
 # what failed); if either side's stack did not come up, its exchanges fail at once.
 pairing() {
@@ -316,6 +330,8 @@ pairing() {
 			check "$label ${cmd[*]:1} ($role)" counted_exchange "$label-counted" "$mine" "${cmd[1]}" -d "$DEV" -x "$GID" "${cmd[@]:2}"
 		elif [[ ${cmd[0]} == pair_ud.py ]]; then
 			PAIR_PORT=18701 check "$label pair_ud.py: UD bytes and echoes intact ($role)" pair_exchange "$label-ud-data" ud_data_exchange
+		elif [[ ${cmd[0]} == pair_atomic.py ]]; then
+			PAIR_PORT=18702 check "$label pair_atomic.py: atomics from 3 processes, results exact ($role)" pair_exchange "$label-atomic" atomic_exchange
 		else
 			check "$label $line ($role)" pair_exchange "$label-$line" "${cmd[0]}" -d "$DEV" "$gid_flag" "$GID" "${cmd[@]:1}"
 		fi

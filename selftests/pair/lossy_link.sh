@@ -4,7 +4,8 @@
 # (rxe_rs on both ends, rxe_rs serving the C rdma_rxe, rdma_rxe serving rxe_rs; with
 # RXE_RS_LOSSY_BASELINE=1, make soak's profile, also rdma_rxe on both ends as the yardstick)
 # every byte must still arrive right: pair_data.py's multi-packet WRITEs, READs (responses and
-# ACKs lost, READ requests duplicated) and SENDs, verified byte for byte. Each side prints its
+# ACKs lost, READ requests duplicated) and SENDs, verified byte for byte; and every atomic must
+# take effect once: pair_atomic.py's results exact. Each side prints its
 # retransmission counters beside the other's and the relay's counts, so the log compares
 # rxe_rs's recovery with rdma_rxe's on the same link.
 # (Not ibv_rc_pingpong: its client destroys its QP as soon as its last receive completes, so
@@ -50,6 +51,15 @@ retransmissions() {
 	if [[ $DEV == rxers0 ]]; then port_counter retransmits; else port_counter completer_retry_err; fi
 }
 
+# pair_atomic.py: atomics whose requests and acknowledges the relay loses and duplicates are
+# sent again, and a responder must answer each repeat with the result it recorded: executed
+# twice, a value would come back twice and the word's sum be off.
+atomic_exchange() {
+	local role=server
+	[[ $PAIR_ROLE == b ]] && role=client
+	/usr/bin/python3 -u "$RXE_RS_ROOT/selftests/guest/pair_atomic.py" "$role" "$DEV" "$PAIR_PEER_IP" 18702
+}
+
 data_exchange() {
 	local role=server
 	[[ $PAIR_ROLE == b ]] && role=client
@@ -75,6 +85,7 @@ pairing() {
 	check "$label $mine up on $PAIR_DEV, and the peer's stack" pair_stack_up_both "$mine" "$label" || down=1
 	if [[ -n $down ]]; then
 		ktap_test_fail "$label pair_data.py $DATA_MIB MiB WRITE/SEND/READ ($role): not run, a stack is not up"
+		ktap_test_fail "$label pair_atomic.py ($role): not run, a stack is not up"
 		ktap_test_fail "$label the link was impaired and recovered from: not run"
 		pair_barrier "$label-end"
 		return
@@ -87,6 +98,8 @@ pairing() {
 	nap 1
 	PAIR_PORT=18700 PAIR_CASE_TIMEOUT=400
 	check "$label pair_data.py $DATA_MIB MiB WRITE/SEND/READ ($role)" pair_exchange "$label-data" data_exchange
+	PAIR_PORT=18702
+	check "$label pair_atomic.py: atomics from 3 processes, results exact ($role)" pair_exchange "$label-atomic" atomic_exchange
 	unset PAIR_PORT PAIR_CASE_TIMEOUT
 	pair_barrier "$label-done"
 	[[ $PAIR_ROLE == a ]] && : >"$PAIR_RESULTS/impair"
@@ -112,7 +125,7 @@ fi
 
 pair_link
 ktap_print_header
-ktap_set_plan $((3 * ${#pairings[@]}))
+ktap_set_plan $((4 * ${#pairings[@]}))
 pair_wait_peer 900 || { echo "# the peer never answered ping"; }
 echo "# impairment of RoCE frames: $IMPAIRMENT; $DATA_MIB MiB per data step"
 for p in "${pairings[@]}"; do

@@ -281,6 +281,8 @@ pub mod wc_opcode {
     pub const SEND: u32 = 0;
     pub const RDMA_WRITE: u32 = 1;
     pub const RDMA_READ: u32 = 2;
+    pub const COMP_SWAP: u32 = 3;
+    pub const FETCH_ADD: u32 = 4;
     pub const BIND_MW: u32 = 5;
     pub const LOCAL_INV: u32 = 6;
     /// `IB_WC_REG_MR` (kernel consumers only).

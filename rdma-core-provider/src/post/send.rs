@@ -49,6 +49,8 @@ pub struct Batch {
     next: u32,
     /// The WQE being built (the last `wr_*` opcode call), if any.
     current: Option<u32>,
+    /// That WQE is an atomic: its data must leave room for the result, not be inline.
+    current_atomic: bool,
     /// First error of the batch: `wr_complete` returns it and discards the batch.
     error: c_int,
 }
@@ -174,6 +176,8 @@ pub unsafe extern "C" fn post_send(
                 | IBV_WR_RDMA_WRITE
                 | IBV_WR_RDMA_WRITE_WITH_IMM
                 | IBV_WR_RDMA_READ
+                | IBV_WR_ATOMIC_CMP_AND_SWP
+                | IBV_WR_ATOMIC_FETCH_AND_ADD
                 | IBV_WR_LOCAL_INV
                 | IBV_WR_BIND_MW
         );
@@ -189,6 +193,18 @@ pub unsafe extern "C" fn post_send(
         let local = matches!(w.opcode, IBV_WR_LOCAL_INV | IBV_WR_BIND_MW);
         let inline = w.send_flags & IBV_SEND_INLINE != 0 && !local;
         let num_sge = if local { 0 } else { w.num_sge };
+        let atomic = is_atomic(w.opcode);
+        if atomic {
+            // SAFETY: an atomic's union member is `atomic`; plain data.
+            let remote_addr = unsafe { w.wr.atomic.remote_addr };
+            // SAFETY: `sg_list` has `num_sge` entries (the ibverbs contract).
+            let valid = unsafe { sges_of(w.sg_list, num_sge) }
+                .is_ok_and(|sges| atomic_wr_valid(remote_addr, sges, inline));
+            if !valid {
+                ret = libc::EINVAL;
+                break;
+            }
+        }
         // SAFETY: `sg_list` has `num_sge` entries (the ibverbs contract).
         let written = unsafe { sges_of(w.sg_list, num_sge) }
             // SAFETY: inline sources are the caller's buffers (the ibverbs contract).
@@ -224,6 +240,14 @@ pub unsafe extern "C" fn post_send(
             // SAFETY: the union's other member; plain data.
             wqe.invalidate_rkey = unsafe { w.__bindgen_anon_1.invalidate_rkey };
             wqe.imm_data = 0;
+        }
+        if atomic {
+            // SAFETY: an atomic's union member is `atomic`; plain data.
+            let a = unsafe { w.wr.atomic };
+            wqe.remote_addr = a.remote_addr;
+            wqe.rkey = a.rkey;
+            wqe.compare_add = a.compare_add;
+            wqe.swap = a.swap;
         }
         if w.opcode == IBV_WR_BIND_MW {
             // SAFETY: a bind's union member is `bind_mw`; its window and MR (if any) are ours
@@ -266,6 +290,25 @@ pub unsafe extern "C" fn post_send(
         unsafe { *bad = wr };
     }
     ret
+}
+
+fn is_atomic(opcode: u32) -> bool {
+    matches!(
+        opcode,
+        IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD
+    )
+}
+
+/// An atomic WR as rdma_rxe's provider takes it: an 8-byte aligned remote address, and room
+/// for the 8-byte result in its SGEs (not inline data).
+fn atomic_wr_valid(remote_addr: u64, sges: &[Sge], inline: bool) -> bool {
+    remote_addr.is_multiple_of(8) && atomic_data_valid(sges, inline)
+}
+
+/// An atomic's data: SGEs with room for its 8-byte result.
+fn atomic_data_valid(sges: &[Sge], inline: bool) -> bool {
+    let len: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
+    !inline && len >= 8
 }
 
 /// The bind a BIND_MW work request asks for.
@@ -352,6 +395,7 @@ fn begin_wqe(qpx: *mut ibv_qp_ex, mut wqe: SendWqe) {
         return;
     }
     b.current = Some(b.next);
+    b.current_atomic = is_atomic(wqe.opcode);
     b.next = b.next.wrapping_add(1);
 }
 
@@ -370,6 +414,12 @@ unsafe fn set_data(qpx: *mut ibv_qp_ex, sges: &[Sge], inline: bool) {
         }
         return;
     };
+    if b.current_atomic && !atomic_data_valid(sges, inline) {
+        if b.error == 0 {
+            b.error = libc::EINVAL;
+        }
+        return;
+    }
     // SAFETY: the current WQE's slot, reserved by `begin` under the SQ lock, not published.
     let slot = unsafe { sq.slot_mut(index) };
     // SAFETY: as the caller promises.
@@ -392,6 +442,7 @@ unsafe extern "C" fn wr_start(qpx: *mut ibv_qp_ex) {
         start: producer,
         next: producer,
         current: None,
+        current_atomic: false,
         error: 0,
     };
 }
@@ -492,6 +543,59 @@ unsafe extern "C" fn wr_rdma_write_imm(qpx: *mut ibv_qp_ex, rkey: u32, remote_ad
 
 unsafe extern "C" fn wr_rdma_read(qpx: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
     begin(qpx, send_opcode::RDMA_READ, rkey, remote_addr, 0);
+}
+
+/// Starts an atomic WQE: a misaligned address fails the batch (EINVAL at `wr_complete`), as
+/// `ibv_post_send` refuses it.
+fn begin_atomic(qpx: *mut ibv_qp_ex, wqe: SendWqe) {
+    if !wqe.remote_addr.is_multiple_of(8) {
+        // SAFETY: a `wr_*` call, under the SQ lock.
+        let b = unsafe { batch(qp_of_ex(qpx)) };
+        if b.error == 0 {
+            b.error = libc::EINVAL;
+        }
+        b.current = None;
+        return;
+    }
+    begin_wqe(qpx, wqe);
+}
+
+unsafe extern "C" fn wr_atomic_cmp_swp(
+    qpx: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    compare: u64,
+    swap: u64,
+) {
+    begin_atomic(
+        qpx,
+        SendWqe {
+            opcode: send_opcode::ATOMIC_CMP_AND_SWP,
+            remote_addr,
+            rkey,
+            compare_add: compare,
+            swap,
+            ..Default::default()
+        },
+    );
+}
+
+unsafe extern "C" fn wr_atomic_fetch_add(
+    qpx: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    add: u64,
+) {
+    begin_atomic(
+        qpx,
+        SendWqe {
+            opcode: send_opcode::ATOMIC_FETCH_AND_ADD,
+            remote_addr,
+            rkey,
+            compare_add: add,
+            ..Default::default()
+        },
+    );
 }
 
 unsafe extern "C" fn wr_set_ud_addr(
@@ -602,7 +706,11 @@ pub fn supported_send_ops(flags: u64, qp_type: u32) -> bool {
         IBV_QPT_UD => sends,
         IBV_QPT_UC => uc,
         _ => {
-            uc | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_LOCAL_INV
+            uc | IBV_QP_EX_WITH_RDMA_READ
+                | IBV_QP_EX_WITH_SEND_WITH_INV
+                | IBV_QP_EX_WITH_LOCAL_INV
+                | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+                | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
         }
     };
     flags & !u64::from(ours) == 0
@@ -619,6 +727,8 @@ pub fn init_qp_ex(vqp: &mut verbs_qp) {
     x.wr_rdma_write = Some(wr_rdma_write);
     x.wr_rdma_write_imm = Some(wr_rdma_write_imm);
     x.wr_rdma_read = Some(wr_rdma_read);
+    x.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
+    x.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
     x.wr_send_inv = Some(wr_send_inv);
     x.wr_local_inv = Some(wr_local_inv);
     x.wr_bind_mw = Some(wr_bind_mw);

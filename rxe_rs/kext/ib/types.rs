@@ -208,8 +208,9 @@ pub(crate) const MGMT_MAD_SIZE: u32 = bindings::IB_MGMT_MAD_SIZE;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub(crate) enum AtomicCap {
-    /// No atomic operations.
-    None = bindings::ib_atomic_cap_IB_ATOMIC_NONE,
+    /// Atomic with respect to the device's own atomics (`IB_ATOMIC_HCA`; ours are the CPU's
+    /// atomic instructions, so a process's own atomics on the bytes are covered too).
+    Hca = bindings::ib_atomic_cap_IB_ATOMIC_HCA,
 }
 
 /// `enum ib_port_state`, as far as a soft device reports it.

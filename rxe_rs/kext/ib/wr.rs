@@ -16,6 +16,10 @@ const _: () = {
     assert!(send_opcode::LOCAL_INV == bindings::ib_wr_opcode_IB_WR_LOCAL_INV);
     assert!(send_opcode::SEND_WITH_INV == bindings::ib_wr_opcode_IB_WR_SEND_WITH_INV);
     assert!(send_opcode::REG_MR == bindings::ib_wr_opcode_IB_WR_REG_MR);
+    assert!(send_opcode::ATOMIC_CMP_AND_SWP == bindings::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP);
+    assert!(send_opcode::ATOMIC_FETCH_AND_ADD == bindings::ib_wr_opcode_IB_WR_ATOMIC_FETCH_AND_ADD);
+    assert!(wc_opcode::COMP_SWAP == bindings::ib_wc_opcode_IB_WC_COMP_SWAP);
+    assert!(wc_opcode::FETCH_ADD == bindings::ib_wc_opcode_IB_WC_FETCH_ADD);
     assert!(wc_opcode::LOCAL_INV == bindings::ib_wc_opcode_IB_WC_LOCAL_INV);
     assert!(wc_opcode::REG_MR == bindings::ib_wc_opcode_IB_WC_REG_MR);
 };
@@ -26,6 +30,13 @@ pub(crate) enum KernelDest<'a, T: Driver> {
     Connected,
     /// RDMA WRITE or READ: the remote range.
     Rdma { remote_addr: u64, rkey: u32 },
+    /// COMPARE SWAP or FETCH ADD: the remote 8 bytes and the operands.
+    Atomic {
+        remote_addr: u64,
+        rkey: u32,
+        compare_add: u64,
+        swap: u64,
+    },
     /// A UD (or GSI) SEND: its address handle, QP number and Q_Key.
     Datagram {
         ah: &'a Ah<T>,
@@ -111,7 +122,7 @@ unsafe fn sges_of<'a>(
 ///
 /// `wr` is a valid WR (alive for `'a`) of a kernel consumer posting to `qp`, a live QP of driver
 /// `T`: for a UD or GSI QP it is the `wr` of an `ib_ud_wr` whose AH is one of `T`'s; for an RDMA
-/// opcode, that of an `ib_rdma_wr`; for REG_MR, that of an `ib_reg_wr` naming a live MR (the
+/// opcode, that of an `ib_rdma_wr`; for an atomic, that of an `ib_atomic_wr`; for REG_MR, that of an `ib_reg_wr` naming a live MR (the
 /// verbs contract).
 pub(super) unsafe fn decode_send<'a, T: Driver>(
     qp: *mut bindings::ib_qp,
@@ -145,6 +156,18 @@ pub(super) unsafe fn decode_send<'a, T: Driver>(
             KernelDest::Rdma {
                 remote_addr: rdma.remote_addr,
                 rkey: rdma.rkey,
+            }
+        } else if matches!(
+            opcode,
+            bindings::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP
+                | bindings::ib_wr_opcode_IB_WR_ATOMIC_FETCH_AND_ADD
+        ) {
+            let atomic = &*wr.cast::<bindings::ib_atomic_wr>();
+            KernelDest::Atomic {
+                remote_addr: atomic.remote_addr,
+                rkey: atomic.rkey,
+                compare_add: atomic.compare_add,
+                swap: atomic.swap,
             }
         } else if opcode == bindings::ib_wr_opcode_IB_WR_REG_MR {
             let reg = &*wr.cast::<bindings::ib_reg_wr>();

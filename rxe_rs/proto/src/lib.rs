@@ -7,6 +7,7 @@
 pub mod ack_request;
 pub mod addr;
 pub mod admit;
+pub mod atomic;
 pub mod av;
 pub mod completer;
 pub mod doorbell;

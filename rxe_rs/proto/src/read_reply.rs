@@ -52,6 +52,9 @@ pub struct ReadReply {
     /// Queued for a repeated (duplicate) request: the requester counted the request once,
     /// when it first sent it, so this does not take another of its READ credits.
     repeated: bool,
+    /// An atomic's acknowledge, returning this original value (it was executed when queued):
+    /// atomics take the same credits as READs, and their answers keep PSN order with them.
+    atomic: Option<u64>,
 }
 
 /// One response packet to build.
@@ -67,6 +70,8 @@ pub struct Response {
     pub len: u32,
     /// The MSN its AETH carries, if it has one.
     pub msn: u32,
+    /// An atomic acknowledge's original value (its AtomicAckETH).
+    pub atomic_orig: Option<u64>,
 }
 
 impl ReadReply {
@@ -81,6 +86,22 @@ impl ReadReply {
             sent: 0,
             end: packet_count(len, mtu),
             repeated: false,
+            atomic: None,
+        }
+    }
+
+    /// The acknowledge of the atomic at `psn`, which returned `orig`.
+    pub const fn atomic(psn: Psn, msn: u32, orig: u64) -> Self {
+        Self {
+            rkey: 0,
+            va: 0,
+            len: 0,
+            psn,
+            msn,
+            sent: 0,
+            end: 1,
+            repeated: false,
+            atomic: Some(orig),
         }
     }
 
@@ -93,6 +114,16 @@ impl ReadReply {
     pub const fn next(&self, mtu: IbMtu) -> Option<Response> {
         if self.sent >= self.end {
             return None;
+        }
+        if let Some(orig) = self.atomic {
+            return Some(Response {
+                opcode: Opcode::RC_ATOMIC_ACK,
+                psn: self.psn,
+                va: 0,
+                len: 0,
+                msn: self.msn.wrapping_add(1) & PSN_MASK,
+                atomic_orig: Some(orig),
+            });
         }
         let count = self.packets(mtu);
         let i = self.sent;
@@ -123,6 +154,7 @@ impl ReadReply {
             } else {
                 self.msn
             },
+            atomic_orig: None,
         })
     }
 
@@ -559,5 +591,48 @@ mod tests {
             q.push(reply(psn)).unwrap();
         }
         assert_eq!(q.push(reply(33)), Err(Full));
+    }
+
+    #[test]
+    fn an_atomic_is_acknowledged_in_turn_with_its_original_value() {
+        let mut storage = [ReadReply::default(); 3];
+        let mut q = ReadReplies::new(&mut storage[..]);
+        // A READ of 2 responses at PSN 4, then an atomic at PSN 6.
+        q.push(ReadReply::new(1, 0x1000, 2048, Psn::new(4), 9, MTU))
+            .unwrap();
+        q.push(ReadReply::atomic(Psn::new(6), 10, 77)).unwrap();
+        let mut out = [None; 4];
+        let mut n = 0;
+        while let Some(r) = q.front_mut() {
+            match r.next(MTU) {
+                Some(p) => {
+                    r.sent_one();
+                    out[n] = Some(p);
+                    n += 1;
+                }
+                None => q.pop(),
+            }
+        }
+        assert_eq!(n, 3, "the READ's two responses, then the atomic's");
+        let last = out[2].unwrap();
+        assert_eq!(
+            (
+                last.opcode,
+                last.psn.get(),
+                last.len,
+                last.msn,
+                last.atomic_orig
+            ),
+            (Opcode::RC_ATOMIC_ACK, 6, 0, 11, Some(77))
+        );
+        assert!(out[..2].iter().all(|p| p.unwrap().atomic_orig.is_none()));
+        // Its repeat replaces what is owed from its PSN on, like a READ's.
+        q.push(ReadReply::atomic(Psn::new(7), 11, 1)).unwrap();
+        q.repeat(ReadReply::atomic(Psn::new(6), 10, 77), MTU)
+            .unwrap();
+        assert_eq!(q.len(), 1);
+        let r = q.front_mut().unwrap();
+        assert!(r.is_repeated());
+        assert_eq!(r.next(MTU).unwrap().atomic_orig, Some(77));
     }
 }

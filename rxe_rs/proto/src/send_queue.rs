@@ -40,6 +40,10 @@ pub struct Progress {
     /// A local operation (a memory registration or invalidation): it sends nothing and uses no
     /// PSN. `sent` is 1 once the requester executed it; it completes once all before it did.
     pub local: bool,
+    /// An atomic (COMPARE SWAP, FETCH ADD): `is_read` too, since like a READ it takes one of
+    /// the responder's READ credits and completes with its response (an atomic acknowledge)
+    /// rather than with an ACK; it uses one PSN.
+    pub atomic: bool,
 }
 
 impl Progress {
@@ -194,6 +198,23 @@ impl<S: DerefMut<Target = [Progress]>> SendQueue<S> {
             ..Progress::default()
         };
         self.next_psn = self.next_psn.add(npkts);
+        Some(index)
+    }
+
+    /// Takes a validated atomic at index `fetched` whose SGEs hold `len` bytes (the result
+    /// takes the first 8): one PSN, answered by an atomic acknowledge. Returns its index, or
+    /// `None` if the copies are all in use.
+    pub fn push_atomic(&mut self, len: u32) -> Option<u32> {
+        let index = self.take_slot()?;
+        *self.work_mut(index) = Progress {
+            is_read: true,
+            atomic: true,
+            len,
+            first_psn: self.next_psn,
+            npkts: 1,
+            ..Progress::default()
+        };
+        self.next_psn = self.next_psn.add(1);
         Some(index)
     }
 
@@ -878,6 +899,34 @@ mod tests {
             ReadResponse::Stale,
             "from before the READ"
         );
+    }
+
+    #[test]
+    fn an_atomic_takes_one_psn_and_completes_only_with_its_acknowledge() {
+        let mut q = queue(8);
+        q.push(K, false, MTU); // WRITE, PSN 0
+        let atomic = q.push_atomic(8).unwrap(); // PSN 1
+        q.push(K, false, MTU); // WRITE, PSN 2
+        assert_eq!(q.next_psn, Psn::new(3));
+        let w = *q.work(atomic);
+        assert!(w.atomic && w.is_read && w.npkts == 1 && w.len == 8);
+        send_all(&mut q);
+        // An ACK past it (for the later WRITE) means its acknowledge was lost: sent again.
+        assert_eq!(ack(&mut q, Psn::new(2)), AfterAck::RetryFrom(Psn::new(1)));
+        q.rewind(Psn::new(1));
+        assert_eq!((q.consumer, q.cur), (1, 1), "the first WRITE completed");
+        assert_eq!(q.work(atomic).sent, 0);
+        send_all(&mut q);
+        // The repeat's acknowledge arrives: it is the atomic's response.
+        assert_eq!(q.read_response(Psn::new(1)), ReadResponse::Next(atomic));
+        q.read_response_arrived(atomic, Psn::new(1));
+        assert!(q.retire().atomic);
+        // A timeout with only the atomic out resends the atomic.
+        let mut q = queue(8);
+        q.push_atomic(8);
+        send_all(&mut q);
+        assert_eq!(q.on_timeout(), Psn::new(0));
+        assert_eq!((q.cur, q.work(0).sent), (0, 0));
     }
 
     #[test]

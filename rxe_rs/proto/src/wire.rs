@@ -3,10 +3,14 @@
 //! in place (no intermediate copy) and seals the frame with [`seal`].
 
 use super::{
+    atomic::{write_ack, AtomicEth},
     av::{AddressVector, Family},
     headers::{Aeth, Bth, Deth, Reth},
     icrc::{icrc, Crc32, IPV4_HDR_BYTES, IPV6_HDR_BYTES, UDP_HDR_BYTES},
-    opcode::{AETH_BYTES, BTH_BYTES, DETH_BYTES, ICRC_BYTES, IMMDT_BYTES, RETH_BYTES},
+    opcode::{
+        AETH_BYTES, ATOMIC_ACK_ETH_BYTES, ATOMIC_ETH_BYTES, BTH_BYTES, DETH_BYTES, ICRC_BYTES,
+        IMMDT_BYTES, RETH_BYTES,
+    },
     packet::ROCE_V2_PORT,
     segment::pad_of,
 };
@@ -29,8 +33,12 @@ pub struct Frame {
     pub deth: Option<Deth>,
     /// RDMA extended header (first packet of a WRITE, READ request).
     pub reth: Option<Reth>,
-    /// ACK extended header (ACKs, READ responses).
+    /// Atomic extended header (COMPARE SWAP and FETCH ADD requests).
+    pub atomic_eth: Option<AtomicEth>,
+    /// ACK extended header (ACKs, READ responses, atomic acknowledges).
     pub aeth: Option<Aeth>,
+    /// The original value an atomic acknowledge returns (its AtomicAckETH).
+    pub atomic_ack: Option<u64>,
     /// Immediate data, as the 4 bytes go on the wire.
     pub immdt: Option<[u8; 4]>,
     /// Payload bytes.
@@ -51,7 +59,17 @@ impl Frame {
         BTH_BYTES
             + if self.deth.is_some() { DETH_BYTES } else { 0 }
             + if self.reth.is_some() { RETH_BYTES } else { 0 }
+            + if self.atomic_eth.is_some() {
+                ATOMIC_ETH_BYTES
+            } else {
+                0
+            }
             + if self.aeth.is_some() { AETH_BYTES } else { 0 }
+            + if self.atomic_ack.is_some() {
+                ATOMIC_ACK_ETH_BYTES
+            } else {
+                0
+            }
             + if self.immdt.is_some() { IMMDT_BYTES } else { 0 }
     }
 
@@ -130,9 +148,17 @@ impl Frame {
             reth.write(&mut buf[at..at + RETH_BYTES]);
             at += RETH_BYTES;
         }
+        if let Some(eth) = &self.atomic_eth {
+            eth.write(&mut buf[at..at + ATOMIC_ETH_BYTES]);
+            at += ATOMIC_ETH_BYTES;
+        }
         if let Some(aeth) = &self.aeth {
             aeth.write(&mut buf[at..at + AETH_BYTES]);
             at += AETH_BYTES;
+        }
+        if let Some(orig) = self.atomic_ack {
+            write_ack(orig, &mut buf[at..at + ATOMIC_ACK_ETH_BYTES]);
+            at += ATOMIC_ACK_ETH_BYTES;
         }
         if let Some(imm) = &self.immdt {
             buf[at..at + IMMDT_BYTES].copy_from_slice(imm);
@@ -211,7 +237,9 @@ mod tests {
             },
             deth: None,
             reth: None,
+            atomic_eth: None,
             aeth: None,
+            atomic_ack: None,
             immdt: None,
             payload_len,
         }
@@ -312,6 +340,40 @@ mod tests {
         let d = parse(&buf, &SoftCrc32).unwrap();
         assert_eq!(Aeth::parse(d.ext_headers), f.aeth);
         assert!(d.payload.is_empty());
+    }
+
+    #[test]
+    fn built_atomics_and_their_acknowledges_parse_back() {
+        use crate::atomic::{parse_ack, AtomicEth, AtomicOp};
+        let av = AddressVector {
+            sgid: v4([10, 0, 0, 1]),
+            dgid: v4([10, 0, 0, 2]),
+            hop_limit: 64,
+            ..Default::default()
+        };
+        let op = AtomicOp::FetchAdd { add: 7 };
+        let mut f = frame(av, op.opcode(), 0);
+        f.atomic_eth = Some(AtomicEth::of(op, 0x1000, 0x0abc));
+        let buf = build(&f, 0);
+        assert_eq!(buf.len(), 20 + 8 + 12 + 28 + 4);
+        let d = parse(&buf, &SoftCrc32).unwrap();
+        assert!(d.info.atomic_eth && d.payload.is_empty());
+        let eth = AtomicEth::parse(d.ext_headers).unwrap();
+        assert_eq!(eth.op(d.bth.op()), Some(op));
+        assert_eq!((eth.va, eth.rkey), (0x1000, 0x0abc));
+
+        let mut f = frame(av, Opcode::RC_ATOMIC_ACK, 0);
+        f.aeth = Some(Aeth {
+            syndrome: Syndrome::Ack { credits: 31 },
+            msn: 3,
+        });
+        f.atomic_ack = Some(0x0102_0304_0506_0708);
+        let buf = build(&f, 0);
+        assert_eq!(buf.len(), 20 + 8 + 12 + 4 + 8 + 4);
+        let d = parse(&buf, &SoftCrc32).unwrap();
+        assert!(d.info.aeth && d.info.atomic_ack_eth);
+        assert_eq!(Aeth::parse(d.ext_headers), f.aeth);
+        assert_eq!(parse_ack(&d.ext_headers[4..]), f.atomic_ack);
     }
 
     #[test]

@@ -250,10 +250,12 @@ fn our_frame_writer_reproduces_every_packet() {
             bth: d.bth,
             deth: d.info.deth.then(|| Deth::parse(ext).unwrap()),
             reth: d.info.reth.then(|| Reth::parse(ext).unwrap()),
+            atomic_eth: None,
             aeth: d
                 .info
                 .aeth
                 .then(|| Aeth::parse(&ext[if d.info.reth { 16 } else { 0 }..]).unwrap()),
+            atomic_ack: None,
             immdt: d
                 .info
                 .immdt
