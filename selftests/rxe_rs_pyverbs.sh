@@ -15,7 +15,7 @@ modules=(test_addr test_atomic test_cq test_cq_events test_cqex test_device test
 # What rdma_rxe passes and rxe_rs does not do yet (issue 16): ATOMIC_WRITE (IBTA 1.5).
 known_gaps=(tests.test_qpex.QpExTestCase.test_qp_ex_rc_atomic_write)
 # The reasons a test may skip on rxe_rs, each explained in Documentation/verbs-suite.md.
-allowed_skips="skipped '(Device memory is not supported|ODP is not supported - No ODP caps|Allocating dmabuf is not supported.*|Create QP type 8 is not supported|Create Raw Packet QP .*is not supported|Parent Domain is not supported on this device|Create XRCD is not supported|Importing a device is not supported|There are no huge pages of size 2M allocated|Atomic operations are not supported|Extended QP is not supported on this device|Extended CQ is not supported|Create SRQ is not supported)'\$|skipped \"Device DEV doesn't have net interface\"\$"
+allowed_skips="skipped '(Device memory is not supported|ODP is not supported - No ODP caps|Allocating dmabuf is not supported.*|Create QP type 8 is not supported|Create Raw Packet QP .*is not supported|Parent Domain is not supported on this device|Create XRCD is not supported|Importing a device is not supported|There are no huge pages of size 2M allocated|Extended QP is not supported on this device|Extended CQ is not supported|Create SRQ is not supported)'\$|skipped \"Device DEV doesn't have net interface\"\$"
 
 ktap_print_header
 ktap_set_plan 4
