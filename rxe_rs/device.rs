@@ -175,7 +175,8 @@ impl ib::Driver for RxeDevice {
                 | DeviceCaps::SYS_IMAGE_GUID
                 | DeviceCaps::MEM_MGT_EXTENSIONS
                 | DeviceCaps::MEM_WINDOW
-                | DeviceCaps::MEM_WINDOW_TYPE_2B,
+                | DeviceCaps::MEM_WINDOW_TYPE_2B
+                | DeviceCaps::ATOMIC_WRITE,
             // `rdma link delete` is how users remove a soft device.
             KernelCaps::ALLOW_USER_UNREG,
             AtomicCap::Hca,

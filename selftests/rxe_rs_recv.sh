@@ -8,7 +8,7 @@ DEV=rxers0
 here=$(dirname "$0")
 
 ktap_print_header
-ktap_set_plan 26
+ktap_set_plan 27
 reset_or_bail
 ip netns del rxpeer 2>/dev/null
 ip netns add rxpeer
@@ -151,10 +151,12 @@ reap "$ACKER_PID"
 # and 7, COMPARE SWAP 12 -> 100, FETCH ADD 1 each return the value before them; then repeats
 # of PSNs 1 and 0. max_dest_rd_atomic 2 keeps the last 3 results: PSN 1's repeat is answered
 # with its recorded 5 and adds nothing, PSN 0's is too old and dropped (executing it again
-# would break its atomicity). Last, a FETCH ADD at a misaligned address: NAKed as invalid.
+# would break its atomicity). An ATOMIC WRITE of 1000 (answered by an empty READ response), a
+# FETCH ADD after it, and the ATOMIC WRITE's repeat, answered again without storing again.
+# Last, a FETCH ADD at a misaligned address: NAKed as invalid.
 coproc ATOMIC { /usr/bin/python3 -u "$here/guest/atomic_target.py" "$DEV" "$gid" "$peer_gid" 2; }
 read -r -t 300 atomic_qpn rkey va <&"${ATOMIC[0]}"
-replies=$(REPLIES=7 send "$atomic_qpn" "faa:0:$va:$rkey:5,faa:1:$va:$rkey:7,cas:2:$va:$rkey:12:100,faa:3:$va:$rkey:1,faa:1:$va:$rkey:7,faa:0:$va:$rkey:5,faa:4:$((va + 4)):$rkey:1")
+replies=$(REPLIES=10 send "$atomic_qpn" "faa:0:$va:$rkey:5,faa:1:$va:$rkey:7,cas:2:$va:$rkey:12:100,faa:3:$va:$rkey:1,faa:1:$va:$rkey:7,faa:0:$va:$rkey:5,awrite:4:$va:$rkey:1000,faa:5:$va:$rkey:1,awrite:4:$va:$rkey:1000,faa:6:$((va + 4)):$rkey:1")
 echo "$replies" | sed 's/^/# /'
 echo >&"${ATOMIC[1]}"
 read -r -t 60 word <&"${ATOMIC[0]}"
@@ -162,10 +164,11 @@ echo "# the word: $word"
 reply_lines() { sed -n "$1p" <<<"$replies" | tr '\n' ';'; }
 check "atomics execute in order and answer with the values before them (FETCH ADD, COMPARE SWAP)" \
 	test "$(reply_lines 1,4)" = "reply 0x12 0 0x1f 0;reply 0x12 1 0x1f 5;reply 0x12 2 0x1f 12;reply 0x12 3 0x1f 100;"
-check "a repeated atomic gets its recorded result again, and is not executed twice" \
-	test "$(reply_lines 5)" = "reply 0x12 1 0x1f 5;" -a "$word" = 101
-check "a repeat older than the recorded results is dropped; a misaligned atomic is NAKed (invalid)" \
-	test "$(reply_lines 6,7)" = "reply 0x11 4 0x61;no more replies;"
+check "a repeated atomic gets its recorded result again; one older than the record is dropped (next comes the ATOMIC WRITE's answer)" \
+	test "$(reply_lines 5,6)" = "reply 0x12 1 0x1f 5;reply 0x10 4 0x1f;"
+check "an ATOMIC WRITE stores its 8 bytes; its repeat is answered, and stores nothing again" \
+	test "$(reply_lines 7,8)" = "reply 0x12 5 0x1f 1000;reply 0x10 4 0x1f;" -a "$word" = 1001
+check "a misaligned atomic is NAKed (invalid request)" test "$(reply_lines 9,10)" = "reply 0x11 6 0x61;no more replies;"
 reap "$ATOMIC_PID"
 
 # Random datagrams, twice: random bytes after the UDP header (the ICRC check drops nearly all),

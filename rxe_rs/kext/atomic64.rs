@@ -17,7 +17,8 @@ pub(crate) enum AtomicError {
     OutOfBounds,
 }
 
-/// Executes `op` on the 8 bytes at `offset` of `page`; returns their original value.
+/// Executes `op` on the 8 bytes at `offset` of `page`; returns their original value (0 for a
+/// write).
 ///
 /// # Safety
 ///
@@ -32,12 +33,12 @@ pub(super) unsafe fn on_page(
     if offset % size != 0 || offset.checked_add(size).map_or(true, |end| end > PAGE_SIZE) {
         return Err(AtomicError::Misaligned);
     }
-    let (cmp_swap, compare_add, swap) = match op {
-        AtomicOp::CompareSwap { compare, swap } => (true, compare, swap),
-        AtomicOp::FetchAdd { add } => (false, add, 0),
+    // The helper's operation codes.
+    let (code, a, b) = match op {
+        AtomicOp::CompareSwap { compare, swap } => (0, compare, swap),
+        AtomicOp::FetchAdd { add } => (1, add, 0),
+        AtomicOp::Write { value } => (2, value, 0),
     };
     // SAFETY: the caller keeps `page` valid; `offset` is aligned and the 8 bytes lie within it.
-    Ok(unsafe {
-        bindings::rxe_rs_helper_page_atomic64(page.as_ptr(), offset, cmp_swap, compare_add, swap)
-    })
+    Ok(unsafe { bindings::rxe_rs_helper_page_atomic64(page.as_ptr(), offset, code, a, b) })
 }

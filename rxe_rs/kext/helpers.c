@@ -192,22 +192,29 @@ void rxe_rs_helper_page_copy(struct page *page, size_t offset, void *buf, size_t
 }
 
 /*
- * An RC atomic on the 8 bytes at offset (8-byte aligned) of page: compare-and-swap when
- * cmp_swap, else fetch-and-add of compare_add. Returns the original value. The CPU's own
- * atomics, so it is atomic against every other atomic on these bytes: ours on any QP or CPU,
- * and a process's own on its memory (cmpxchg64/atomic64 are static inlines).
+ * An RC atomic on the 8 bytes at offset (8-byte aligned) of page: op 0 compare-and-swap of a
+ * with b, 1 fetch-and-add of a, 2 a store of a after everything before it (IBTA 1.5's ATOMIC
+ * WRITE). Returns the original value (0 for a store). The CPU's own atomics, so each is atomic
+ * against every other atomic on these bytes: ours on any QP or CPU, and a process's own on
+ * its memory (cmpxchg64, atomic64_fetch_add and smp_store_release are static inlines).
  */
-u64 rxe_rs_helper_page_atomic64(struct page *page, size_t offset, bool cmp_swap, u64 compare_add,
-				u64 swap)
+u64 rxe_rs_helper_page_atomic64(struct page *page, size_t offset, int op, u64 a, u64 b)
 {
 	void *va = kmap_local_page(page);
 	u64 *p = va + offset;
-	u64 orig;
+	u64 orig = 0;
 
-	if (cmp_swap)
-		orig = cmpxchg64(p, compare_add, swap);
-	else
-		orig = atomic64_fetch_add(compare_add, (atomic64_t *)p);
+	switch (op) {
+	case 0:
+		orig = cmpxchg64(p, a, b);
+		break;
+	case 1:
+		orig = atomic64_fetch_add(a, (atomic64_t *)p);
+		break;
+	default:
+		smp_store_release(p, a);
+		break;
+	}
 	kunmap_local(va);
 	return orig;
 }

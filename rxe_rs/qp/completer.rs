@@ -11,7 +11,7 @@ use crate::{
         atomic::parse_ack,
         completer::{on_aeth, unacknowledged_from, AckOutcome, AfterAck, RemoteError},
         headers::{Aeth, NakCode, Syndrome},
-        opcode::{Transport, AETH_BYTES},
+        opcode::{Opcode, Transport, AETH_BYTES},
         packet::Datagram,
         psn::Psn,
         send_queue::ReadResponse,
@@ -267,6 +267,17 @@ fn read_response(
         // A READ response where an atomic's acknowledge belongs.
         qp.fail(s, index, WcStatus::BadRespErr);
         return Err(Counter::RcvdInvalidRequest);
+    }
+    if w.atomic_write {
+        // Answered by an empty READ RESPONSE ONLY.
+        if d.bth.op() != Opcode::RC_READ_RESPONSE_ONLY || !d.payload.is_empty() {
+            qp.fail(s, index, WcStatus::BadRespErr);
+            return Err(Counter::RcvdInvalidRequest);
+        }
+        s.req.q.read_response_arrived(index, psn);
+        s.req.reads.received_before(psn.add(1));
+        retire(qp, &mut s.req, WcStatus::Success);
+        return Ok(());
     }
     let mtu = s.attrs.path_mtu.bytes();
     // `read_got < npkts`, so the offset is below the READ's length (at most 2^31).

@@ -764,7 +764,9 @@ impl QpInner {
         num_sge: usize,
     ) -> Result {
         // A kernel consumer registers and invalidates on RC (nvme-rdma, rdma_rw).
-        let supported = requester::carries(self.qp_type, wqe.opcode)
+        // (ATOMIC WRITE is offered to processes only: no kernel consumer posts one.)
+        let supported = (requester::carries(self.qp_type, wqe.opcode)
+            && wqe.opcode != send_opcode::ATOMIC_WRITE)
             || (self.qp_type == QpType::Rc
                 && matches!(wqe.opcode, send_opcode::REG_MR | send_opcode::LOCAL_INV));
         if !supported || num_sge > self.caps.max_send_sge as usize {

@@ -66,6 +66,7 @@ pub(crate) fn wc_opcode(opcode: u32) -> u32 {
         send_opcode::RDMA_READ => wc_opcode::RDMA_READ,
         send_opcode::ATOMIC_CMP_AND_SWP => wc_opcode::COMP_SWAP,
         send_opcode::ATOMIC_FETCH_AND_ADD => wc_opcode::FETCH_ADD,
+        send_opcode::ATOMIC_WRITE => wc_opcode::ATOMIC_WRITE,
         send_opcode::LOCAL_INV => wc_opcode::LOCAL_INV,
         send_opcode::BIND_MW => wc_opcode::BIND_MW,
         send_opcode::REG_MR => wc_opcode::REG_MR,
@@ -201,6 +202,8 @@ impl Requester {
                 self.wqes[slot] = wqe;
                 let pushed = if is_atomic(wqe.opcode) {
                     self.q.push_atomic(len)
+                } else if wqe.opcode == send_opcode::ATOMIC_WRITE {
+                    self.q.push_atomic_write()
                 } else {
                     self.q.push(len, is_read, mtu)
                 };
@@ -231,6 +234,15 @@ impl Requester {
         // the WQE failed instead. Its 8-byte result needs a buffer, not inline data.
         if atomic && (inline || !is_aligned(wqe.remote_addr)) {
             return Err(WcStatus::LocQpOpErr);
+        }
+        if wqe.opcode == send_opcode::ATOMIC_WRITE {
+            // Its 8 bytes travel in the WQE itself: whatever data it names is not used.
+            if !is_aligned(wqe.remote_addr) {
+                return Err(WcStatus::LocQpOpErr);
+            }
+            let mut wqe = wqe;
+            (wqe.num_sge, wqe.inline_len) = (0, 0);
+            return Ok((wqe, ATOMIC_BYTES));
         }
         let len: u64 = if inline {
             if wqe.opcode == send_opcode::RDMA_READ || wqe.inline_len as usize > self.max_inline {
@@ -304,6 +316,7 @@ pub(crate) fn carries(qp_type: QpType, opcode: u32) -> bool {
                 | send_opcode::RDMA_READ
                 | send_opcode::ATOMIC_CMP_AND_SWP
                 | send_opcode::ATOMIC_FETCH_AND_ADD
+                | send_opcode::ATOMIC_WRITE
         ),
         QpType::Uc => matches!(
             opcode,
@@ -326,10 +339,10 @@ pub(crate) fn is_atomic(opcode: u32) -> bool {
     )
 }
 
-/// Completes with its response, not with an ACK: an RDMA READ or an atomic. Both take one of
-/// the `max_rd_atomic` credits.
+/// Completes with its response, not with an ACK: an RDMA READ, an atomic or an ATOMIC WRITE.
+/// Each takes one of the `max_rd_atomic` credits.
 fn answered_by_response(opcode: u32) -> bool {
-    opcode == send_opcode::RDMA_READ || is_atomic(opcode)
+    opcode == send_opcode::RDMA_READ || opcode == send_opcode::ATOMIC_WRITE || is_atomic(opcode)
 }
 
 /// The operation an atomic WQE asks for.
@@ -645,6 +658,37 @@ fn send_packet(
             payload_len: 0,
         };
         return tx.send(&frame, |_| Ok(())).map(|()| true);
+    }
+    if w.atomic_write {
+        let frame = Frame {
+            av,
+            sport: qp.sport,
+            bth: Bth::rc(
+                crate::proto::opcode::Opcode::RC_ATOMIC_WRITE.0,
+                dest_qpn,
+                w.first_psn,
+                true,
+                false,
+            ),
+            deth: None,
+            reth: Some(Reth {
+                va: wqe.remote_addr,
+                rkey: wqe.rkey,
+                dma_len: ATOMIC_BYTES,
+            }),
+            atomic_eth: None,
+            aeth: None,
+            atomic_ack: None,
+            immdt: None,
+            payload_len: ATOMIC_BYTES,
+        };
+        let value = wqe.swap.to_ne_bytes();
+        return tx
+            .send(&frame, |out| {
+                out.copy_from_slice(&value);
+                Ok(())
+            })
+            .map(|()| true);
     }
     if w.is_read {
         // The responses from `sent` on: a part of the message, or after a loss its rest. The

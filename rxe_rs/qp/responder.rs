@@ -19,7 +19,7 @@ use crate::{
     net::transmit::{Transmitter, TxError},
     proto::{
         admit::{admit, Refusal},
-        atomic::{is_aligned, AtomicEth, AtomicResult, AtomicResults},
+        atomic::{is_aligned, AtomicEth, AtomicOp, AtomicResult, AtomicResults, ATOMIC_BYTES},
         av::AddressVector,
         headers::{Aeth, Bth, NakCode, Reth, Syndrome, AETH_NO_CREDITS},
         opcode::{Opcode, Transport},
@@ -647,6 +647,8 @@ fn handle_request_locked(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) 
     let (reth, imm, carried) = extended_headers(d);
     let result = if d.info.atomic_eth {
         execute_atomic(qp, s, d).map(|()| Outcome::Read(0))
+    } else if d.info.atomic_write {
+        execute_atomic_write(qp, s, d, reth).map(|()| Outcome::Read(0))
     } else if d.info.is_send {
         execute_send(qp, s, d, carried)
     } else if d.info.is_write {
@@ -887,11 +889,49 @@ fn execute_atomic(
     queue_reply(s, ReadReply::atomic(psn, s.resp.seq.msn, orig), false)
 }
 
+/// An ATOMIC WRITE (IBTA 1.5): its 8 bytes stored at once, after everything before them, at
+/// the aligned address its RETH names; answered, in turn with READ responses, by an empty READ
+/// RESPONSE ONLY, and recorded so that a repeat is answered without storing again.
+fn execute_atomic_write(
+    qp: &QpInner,
+    s: &mut QpLocked,
+    d: &Datagram<'_>,
+    reth: Option<Reth>,
+) -> core::result::Result<(), Failure> {
+    // As rdma_rxe: the QP's remote write right, a READ credit, exactly 8 bytes, an aligned
+    // address (else invalid request); the R_Key's remote write right over them (else access).
+    if !s.attrs.access.contains(Access::REMOTE_WRITE) {
+        return Err(Failure::Invalid);
+    }
+    if s.resp.reads.owed_to_new_requests() >= usize::from(s.attrs.max_dest_rd_atomic.max(1)) {
+        return Err(Failure::Invalid);
+    }
+    let reth = reth.ok_or(Failure::Invalid)?;
+    let value: [u8; 8] = d.payload.try_into().map_err(|_| Failure::Invalid)?;
+    if reth.dma_len != ATOMIC_BYTES || d.bth.pad != 0 || !is_aligned(reth.va) {
+        return Err(Failure::Invalid);
+    }
+    let rkey = qp.res().lookup_rkey(reth.rkey).ok_or(Failure::Access)?;
+    let op = AtomicOp::Write {
+        value: u64::from_ne_bytes(value),
+    };
+    rkey.atomic(qp.pd, qp.serial, reth.va, op)
+        .map_err(|e| match e {
+            AccessError::Misaligned => Failure::Invalid,
+            _ => Failure::Access,
+        })?;
+    let psn = d.bth.psn;
+    s.resp.atomics.record(psn, 0);
+    let mtu = s.attrs.path_mtu;
+    let reply = ReadReply::new(reth.rkey, reth.va, 0, psn, s.resp.seq.msn, mtu);
+    queue_reply(s, reply, false)
+}
+
 /// A request we executed before: acknowledge it again, or for a READ, answer it again (the
 /// requester asks for what it lost, possibly from the middle of the responses), or for an
 /// atomic, send its recorded result again.
 fn duplicate(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) {
-    if d.info.atomic_eth {
+    if d.info.atomic_eth || d.info.atomic_write {
         // Never executed twice. A result no longer recorded cannot be sent: the repeat is
         // dropped (IBA 9.7.5.2.5; a requester that follows the rules never asks for one).
         let psn = d.bth.psn;
@@ -900,7 +940,12 @@ fn duplicate(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) {
         };
         // Its MSN: what it was is not recorded; the requester does not check an MSN.
         let msn = s.resp.seq.msn.wrapping_sub(1) & crate::proto::psn::PSN_MASK;
-        if queue_reply(s, ReadReply::atomic(psn, msn, orig), true).is_ok() {
+        let reply = if d.info.atomic_write {
+            ReadReply::new(0, 0, 0, psn, msn, s.attrs.path_mtu)
+        } else {
+            ReadReply::atomic(psn, msn, orig)
+        };
+        if queue_reply(s, reply, true).is_ok() {
             // Answered from here when nothing else is owed, as a new atomic is.
             if s.resp.reads.len() == 1 {
                 send_owed_replies(qp, s, READ_RESPONSES_INLINE);

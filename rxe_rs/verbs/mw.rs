@@ -301,7 +301,8 @@ impl RemoteKey {
     }
 
     /// Executes the atomic `op` on the 8 bytes at `addr`, for the peer of the QP with serial
-    /// `qp` in PD `pd`; returns their original value.
+    /// `qp` in PD `pd`; returns their original value. COMPARE SWAP and FETCH ADD need the
+    /// remote atomic right, an ATOMIC WRITE the remote write right (as rdma_rxe).
     pub(crate) fn atomic(
         &self,
         pd: PdId,
@@ -309,13 +310,17 @@ impl RemoteKey {
         addr: u64,
         op: AtomicOp,
     ) -> Result<u64, AccessError> {
+        let rights = match op {
+            AtomicOp::Write { .. } => Access::REMOTE_WRITE,
+            _ => Access::REMOTE_ATOMIC,
+        };
         let mut orig = 0;
         self.access(
             pd,
             qp,
             addr,
             u64::from(ATOMIC_BYTES),
-            Access::REMOTE_ATOMIC,
+            rights,
             Some(Buf::Atomic(op, &mut orig)),
         )?;
         Ok(orig)

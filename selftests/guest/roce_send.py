@@ -7,6 +7,7 @@ KIND: valid | bad_icrc | truncated | bad_opcode | garbage | random
       | ack:PSN:MSN             (an RC ACKNOWLEDGE with an ACK AETH)
       | faa:PSN:VA:RKEY:ADD     (an RC FETCH ADD of ADD to the 8 bytes at VA under RKEY)
       | cas:PSN:VA:RKEY:COMPARE:SWAP  (an RC COMPARE SWAP)
+      | awrite:PSN:VA:RKEY:VALUE      (an RC ATOMIC WRITE of VALUE, little-endian, as x86 holds it)
 Several comma-separated KINDs go out in order, COUNT times each (a Python start costs seconds
 in a TCG guest: batch what can be batched). With REPLIES=N in the environment it first binds
 UDP port 4791 and, after sending, prints the first N RoCE packets that come back there, a line
@@ -56,6 +57,10 @@ def packet(src, dst, qpn, kind, rng):
         swap_add, compare = (fields[4], fields[3]) if kind.startswith("cas:") else (fields[3], 0)
         eth = struct.pack("!QIQQ", va, rkey, swap_add, compare)
         return datagram(src, dst, qpn, opcode=0x13 if kind.startswith("cas:") else 0x14, psn=psn, payload=eth)
+    if kind.startswith("awrite:"):
+        psn, va, rkey, value = (int(x, 0) for x in kind.split(":")[1:])
+        reth = struct.pack("!QII", va, rkey, 8)
+        return datagram(src, dst, qpn, opcode=0x1D, psn=psn, payload=reth + struct.pack("<Q", value))
     if kind.startswith("ack:"):
         psn, msn = (int(x, 0) for x in kind.split(":")[1:])
         return datagram(src, dst, qpn, opcode=0x11, psn=psn, payload=struct.pack("!I", 0x1F << 24 | msn & 0xFFFFFF))

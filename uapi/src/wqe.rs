@@ -30,6 +30,9 @@ pub mod send_opcode {
     /// Binds a memory window: see [`super::BindMw`] for the fields it uses.
     pub const BIND_MW: u32 = 8;
     pub const SEND_WITH_INV: u32 = 9;
+    /// IBTA 1.5's ATOMIC WRITE (`ibv_wr_atomic_write` only): the 8 bytes it stores in `swap`,
+    /// as they are in the process's buffer; no SGEs.
+    pub const ATOMIC_WRITE: u32 = 15;
     /// `IB_WR_REG_MR`, posted by kernel consumers only (never valid in a process's ring): the
     /// new key in `rkey`, the iova in `remote_addr`, the length in `compare_add`, the access
     /// flags in `swap`.
@@ -285,6 +288,7 @@ pub mod wc_opcode {
     pub const FETCH_ADD: u32 = 4;
     pub const BIND_MW: u32 = 5;
     pub const LOCAL_INV: u32 = 6;
+    pub const ATOMIC_WRITE: u32 = 9;
     /// `IB_WC_REG_MR` (kernel consumers only).
     pub const REG_MR: u32 = 10;
     pub const RECV: u32 = 1 << 7;

@@ -19,6 +19,17 @@ use std::{
     sync::atomic::{AtomicBool, AtomicU32, Ordering},
 };
 
+// WR opcodes go into the ring as they are, and completions come back with ibverbs' values.
+const _: () = {
+    use rxe_rs_uapi::wc_opcode;
+    assert!(send_opcode::ATOMIC_CMP_AND_SWP == IBV_WR_ATOMIC_CMP_AND_SWP);
+    assert!(send_opcode::ATOMIC_FETCH_AND_ADD == IBV_WR_ATOMIC_FETCH_AND_ADD);
+    assert!(send_opcode::ATOMIC_WRITE == IBV_WR_ATOMIC_WRITE);
+    assert!(wc_opcode::COMP_SWAP == IBV_WC_COMP_SWAP);
+    assert!(wc_opcode::FETCH_ADD == IBV_WC_FETCH_ADD);
+    assert!(wc_opcode::ATOMIC_WRITE == IBV_WC_ATOMIC_WRITE);
+};
+
 /// The SQ's producer lock. A plain flag, because the `ibv_wr_*` API holds it from
 /// `wr_start` to `wr_complete` across calls (no guard object can live that long).
 #[derive(Default)]
@@ -545,8 +556,8 @@ unsafe extern "C" fn wr_rdma_read(qpx: *mut ibv_qp_ex, rkey: u32, remote_addr: u
     begin(qpx, send_opcode::RDMA_READ, rkey, remote_addr, 0);
 }
 
-/// Starts an atomic WQE: a misaligned address fails the batch (EINVAL at `wr_complete`), as
-/// `ibv_post_send` refuses it.
+/// Starts an atomic WQE (or an ATOMIC WRITE): a misaligned address fails the batch (EINVAL at
+/// `wr_complete`), as `ibv_post_send` refuses it.
 fn begin_atomic(qpx: *mut ibv_qp_ex, wqe: SendWqe) {
     if !wqe.remote_addr.is_multiple_of(8) {
         // SAFETY: a `wr_*` call, under the SQ lock.
@@ -593,6 +604,41 @@ unsafe extern "C" fn wr_atomic_fetch_add(
             remote_addr,
             rkey,
             compare_add: add,
+            ..Default::default()
+        },
+    );
+}
+
+/// IBTA 1.5's ATOMIC WRITE: the 8 bytes at `atomic_wr` are stored at `remote_addr` (8-byte
+/// aligned, else EINVAL) at once. They travel in the WQE itself (`swap`), read here.
+///
+/// # Safety
+///
+/// `atomic_wr` points at 8 readable bytes (the ibverbs contract).
+unsafe extern "C" fn wr_atomic_write(
+    qpx: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    atomic_wr: *const c_void,
+) {
+    if atomic_wr.is_null() {
+        // SAFETY: a `wr_*` call, under the SQ lock.
+        let b = unsafe { batch(qp_of_ex(qpx)) };
+        if b.error == 0 {
+            b.error = libc::EINVAL;
+        }
+        b.current = None;
+        return;
+    }
+    // SAFETY: 8 readable bytes, as the caller promises; no alignment assumed.
+    let value = unsafe { atomic_wr.cast::<[u8; 8]>().read_unaligned() };
+    begin_atomic(
+        qpx,
+        SendWqe {
+            opcode: send_opcode::ATOMIC_WRITE,
+            remote_addr,
+            rkey,
+            swap: u64::from_ne_bytes(value),
             ..Default::default()
         },
     );
@@ -711,6 +757,7 @@ pub fn supported_send_ops(flags: u64, qp_type: u32) -> bool {
                 | IBV_QP_EX_WITH_LOCAL_INV
                 | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
                 | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
+                | IBV_QP_EX_WITH_ATOMIC_WRITE
         }
     };
     flags & !u64::from(ours) == 0
@@ -729,6 +776,7 @@ pub fn init_qp_ex(vqp: &mut verbs_qp) {
     x.wr_rdma_read = Some(wr_rdma_read);
     x.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
     x.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+    x.wr_atomic_write = Some(wr_atomic_write);
     x.wr_send_inv = Some(wr_send_inv);
     x.wr_local_inv = Some(wr_local_inv);
     x.wr_bind_mw = Some(wr_bind_mw);

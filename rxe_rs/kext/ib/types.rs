@@ -174,6 +174,8 @@ flag_set! {
         MEM_WINDOW = bindings::ib_device_cap_flags_IB_DEVICE_MEM_WINDOW,
         /// Type 2B memory windows (bound to a QP).
         MEM_WINDOW_TYPE_2B = bindings::ib_device_cap_flags_IB_DEVICE_MEM_WINDOW_TYPE_2B,
+        /// IBTA 1.5's ATOMIC WRITE.
+        ATOMIC_WRITE = bindings::ib_device_cap_flags_IB_DEVICE_ATOMIC_WRITE,
     }
 }
 

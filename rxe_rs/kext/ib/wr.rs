@@ -18,6 +18,8 @@ const _: () = {
     assert!(send_opcode::REG_MR == bindings::ib_wr_opcode_IB_WR_REG_MR);
     assert!(send_opcode::ATOMIC_CMP_AND_SWP == bindings::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP);
     assert!(send_opcode::ATOMIC_FETCH_AND_ADD == bindings::ib_wr_opcode_IB_WR_ATOMIC_FETCH_AND_ADD);
+    assert!(send_opcode::ATOMIC_WRITE == bindings::ib_wr_opcode_IB_WR_ATOMIC_WRITE);
+    assert!(wc_opcode::ATOMIC_WRITE == bindings::ib_wc_opcode_IB_WC_ATOMIC_WRITE);
     assert!(wc_opcode::COMP_SWAP == bindings::ib_wc_opcode_IB_WC_COMP_SWAP);
     assert!(wc_opcode::FETCH_ADD == bindings::ib_wc_opcode_IB_WC_FETCH_ADD);
     assert!(wc_opcode::LOCAL_INV == bindings::ib_wc_opcode_IB_WC_LOCAL_INV);

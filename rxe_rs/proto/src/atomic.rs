@@ -36,6 +36,12 @@ pub enum AtomicOp {
         /// The addend.
         add: u64,
     },
+    /// Stores `value` once everything before it is visible (IBTA 1.5's ATOMIC WRITE: its 8
+    /// bytes, in the byte order they came in).
+    Write {
+        /// The value stored.
+        value: u64,
+    },
 }
 
 impl AtomicOp {
@@ -45,6 +51,7 @@ impl AtomicOp {
             Self::CompareSwap { compare, swap } if old == compare => swap,
             Self::CompareSwap { .. } => old,
             Self::FetchAdd { add } => old.wrapping_add(add),
+            Self::Write { value } => value,
         }
     }
 
@@ -53,6 +60,7 @@ impl AtomicOp {
         match self {
             Self::CompareSwap { .. } => Opcode::RC_CMP_SWAP,
             Self::FetchAdd { .. } => Opcode::RC_FETCH_ADD,
+            Self::Write { .. } => Opcode::RC_ATOMIC_WRITE,
         }
     }
 }
@@ -103,6 +111,8 @@ impl AtomicEth {
         let (swap_add, compare) = match op {
             AtomicOp::CompareSwap { compare, swap } => (swap, compare),
             AtomicOp::FetchAdd { add } => (add, 0),
+            // Not carried in an AtomicETH (its value is the payload).
+            AtomicOp::Write { .. } => (0, 0),
         };
         Self {
             va,
@@ -232,6 +242,7 @@ mod tests {
         assert_eq!(cas.apply(5), 9);
         assert_eq!(cas.apply(6), 6, "no swap when the value differs");
         assert_eq!(AtomicOp::FetchAdd { add: 3 }.apply(u64::MAX), 2, "wraps");
+        assert_eq!(AtomicOp::Write { value: 7 }.apply(3), 7);
         assert!(is_aligned(0x1000) && is_aligned(8) && !is_aligned(0x1004) && !is_aligned(1));
     }
 

@@ -40,6 +40,9 @@ impl Opcode {
     pub const RC_FETCH_ADD: Self = Self(0x14);
     pub const RC_SEND_LAST_INV: Self = Self(0x16);
     pub const RC_SEND_ONLY_INV: Self = Self(0x17);
+    /// IBTA 1.5's RDMA ATOMIC WRITE: 8 bytes stored at once, answered by an empty READ
+    /// RESPONSE ONLY.
+    pub const RC_ATOMIC_WRITE: Self = Self(0x1d);
     pub const UD_SEND_ONLY: Self = Self(0x64);
     pub const UD_SEND_ONLY_IMM: Self = Self(0x65);
 }
@@ -77,6 +80,8 @@ pub struct OpInfo {
     pub is_write: bool,
     /// An RDMA READ request or response.
     pub is_read: bool,
+    /// An RDMA ATOMIC WRITE (IBTA 1.5).
+    pub atomic_write: bool,
 }
 
 /// BTH size.
@@ -157,6 +162,7 @@ impl Opcode {
             is_send: false,
             is_write: false,
             is_read: false,
+            atomic_write: false,
         };
         let transport = match self.0 >> 5 {
             0 => Transport::Rc,
@@ -316,6 +322,14 @@ impl Opcode {
                 ieth: true,
                 ..send
             },
+            (Transport::Rc, 0x1d) => OpInfo {
+                is_first: true,
+                is_last: true,
+                reth: true,
+                has_payload: true,
+                atomic_write: true,
+                ..req
+            },
             _ => return None,
         };
         Some(info)
@@ -346,6 +360,7 @@ mod tests {
             Opcode::RC_ACK,
             Opcode::RC_CMP_SWAP,
             Opcode::RC_SEND_ONLY_INV,
+            Opcode::RC_ATOMIC_WRITE,
         ] {
             assert_eq!(op.on_uc(), None);
         }
@@ -367,6 +382,7 @@ mod tests {
         assert_eq!(len(Opcode::RC_ATOMIC_ACK), 24);
         assert_eq!(len(Opcode::RC_CMP_SWAP), 40);
         assert_eq!(len(Opcode::RC_SEND_ONLY_INV), 16);
+        assert_eq!(len(Opcode::RC_ATOMIC_WRITE), 28);
         assert_eq!(len(Opcode::UD_SEND_ONLY), 20);
         assert_eq!(len(Opcode::UD_SEND_ONLY_IMM), 24);
         assert_eq!(len(Opcode(0x2a)), 28, "UC RDMA WRITE ONLY");

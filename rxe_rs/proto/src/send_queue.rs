@@ -44,6 +44,9 @@ pub struct Progress {
     /// the responder's READ credits and completes with its response (an atomic acknowledge)
     /// rather than with an ACK; it uses one PSN.
     pub atomic: bool,
+    /// An ATOMIC WRITE (IBTA 1.5): `is_read` too, one PSN, 8 bytes of payload, answered by an
+    /// empty READ RESPONSE ONLY.
+    pub atomic_write: bool,
 }
 
 impl Progress {
@@ -210,6 +213,22 @@ impl<S: DerefMut<Target = [Progress]>> SendQueue<S> {
             is_read: true,
             atomic: true,
             len,
+            first_psn: self.next_psn,
+            npkts: 1,
+            ..Progress::default()
+        };
+        self.next_psn = self.next_psn.add(1);
+        Some(index)
+    }
+
+    /// Takes a validated ATOMIC WRITE at index `fetched`: one PSN, 8 bytes, answered by an
+    /// empty READ response. Returns its index, or `None` if the copies are all in use.
+    pub fn push_atomic_write(&mut self) -> Option<u32> {
+        let index = self.take_slot()?;
+        *self.work_mut(index) = Progress {
+            is_read: true,
+            atomic_write: true,
+            len: super::atomic::ATOMIC_BYTES,
             first_psn: self.next_psn,
             npkts: 1,
             ..Progress::default()
