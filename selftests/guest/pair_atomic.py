@@ -4,7 +4,9 @@ counts completions, this checks what the atomics did.
 The client forks PROCS processes, each with its own QP to the server, all on one 8-byte word of
 one server MR. Each first runs FETCH_ADDs of 1, several in flight, then COMPARE_SWAP increments
 (compare with the value it last saw, swap in one more; a miss retries with the value returned),
-until it has made CAS_WINS of them. Each FETCH_ADD and each successful COMPARE_SWAP adds 1 and
+until it has made CAS_WINS of them; last, an ATOMIC WRITE (IBTA 1.5, ibv_wr_atomic_write) of
+its own 8 bytes to its own word after the counter, which the server finds there byte for byte.
+Each FETCH_ADD and each successful COMPARE_SWAP adds 1 and
 returns the value before: executed once each and atomically against one another, together
 they return every value from 0 to PROCS * (ADDS + CAS_WINS) - 1 exactly once (the processes
 interleave, so which kind returned which value varies), failed COMPARE_SWAPs change nothing,
@@ -27,7 +29,7 @@ from pyverbs.cq import CQ
 from pyverbs.device import Context
 from pyverbs.mr import MR
 from pyverbs.pd import PD
-from pyverbs.qp import QP, QPCap, QPInitAttr
+from pyverbs.qp import QPCap, QPEx, QPInitAttrEx
 from pyverbs.wr import SGE, SendWR
 import pyverbs.enums as e
 
@@ -38,19 +40,29 @@ PROCS = 3
 ADDS = 100
 CAS_WINS = 20
 OUTSTANDING = 4
-ATOMIC = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_ATOMIC
+REMOTE = e.IBV_ACCESS_REMOTE_ATOMIC | e.IBV_ACCESS_REMOTE_WRITE
+ATOMIC = e.IBV_ACCESS_LOCAL_WRITE | REMOTE
+SEND_OPS = e.IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | e.IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | e.IBV_QP_EX_WITH_ATOMIC_WRITE
+
+
+def written(index):
+    """The 8 bytes client process `index` stores with its ATOMIC WRITE."""
+    return struct.pack("<Q", 0x0123_4567_89AB_CD00 + index)
 
 
 class End(pair_data.End):
     """pair_data's RC end, on `mr` (shared by the server's QPs); the peer may run atomics."""
 
-    REMOTE_ACCESS = e.IBV_ACCESS_REMOTE_ATOMIC
+    REMOTE_ACCESS = REMOTE
 
     def __init__(self, ctx, pd, mr):
         self.ctx, self.pd, self.mr = ctx, pd, mr
         self.cq = CQ(ctx, 64)
         cap = QPCap(max_send_wr=16, max_recv_wr=1, max_send_sge=1, max_recv_sge=1)
-        self.qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap))
+        # An extended QP (for ibv_wr_atomic_write), posted to with ibv_post_send as well.
+        attr = QPInitAttrEx(cap=cap, qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, pd=pd, send_ops_flags=SEND_OPS,
+                            comp_mask=e.IBV_QP_INIT_ATTR_PD | e.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
+        self.qp = QPEx(ctx, attr)
         from verbs import ipv4_gid_index
         self.gid_index, self.gid = ipv4_gid_index(ctx)
 
@@ -101,6 +113,13 @@ def client_process(device, peer_ip, port, index):
             if orig == guess:
                 swapped.append(orig)
             guess = orig if orig != guess else guess + 1
+        end.qp.wr_start()
+        end.qp.wr_id, end.qp.wr_flags = 1 << 20, e.IBV_SEND_SIGNALED
+        end.qp.wr_atomic_write(peer["rkey"], peer["addr"] + 8 * (1 + index), written(index))
+        end.qp.wr_complete()
+        wc = end.poll(1, "ATOMIC WRITE")[0]
+        if wc.opcode != e.IBV_WC_ATOMIC_WRITE:
+            raise Failed(f"ATOMIC WRITE completed with opcode {wc.opcode}")
         chan.send(added=added, swapped=swapped, tries=tries)
         if not chan.recv()["ok"]:
             raise Failed("the server found the results wrong (see its log)")
@@ -128,8 +147,10 @@ def client(device, peer_ip, port):
 def server(device, peer_ip, port):
     ctx = Context(name=device)
     pd = PD(ctx)
-    word = MR(pd, 8, ATOMIC)
-    word.write(bytes(8), 8, 0)
+    # The counter, then a word for each client process's ATOMIC WRITE.
+    size = 8 * (1 + PROCS)
+    word = MR(pd, size, ATOMIC)
+    word.write(bytes(size), size, 0)
     # One channel and one QP per client process, all on the one word.
     ends, chans = [], []
     listener = socket.create_server(("0.0.0.0", port), reuse_port=True)
@@ -162,6 +183,10 @@ def server(device, peer_ip, port):
             raise Failed(f"the atomics did not return 0..{total - 1} once each (repeated: {dup}, missing: {missing})")
         if final != total:
             raise Failed(f"the word ended at {final}, not {total}")
+        for i in range(PROCS):
+            got = word.read(8, 8 * (1 + i))
+            if got != written(i):
+                raise Failed(f"process {i}'s ATOMIC WRITE left {got.hex()}, not {written(i).hex()}")
 
     ok = report("atomic_results_exact", atomic_results_exact)
     for chan in chans:
