@@ -7,7 +7,7 @@ DEV=rxers0
 verbs() { /usr/bin/python3 "$(dirname "$0")/guest/verbs.py" "$DEV" "$@"; }
 
 ktap_print_header
-ktap_set_plan 21
+ktap_set_plan 22
 reset_or_bail
 make_veth veth0 veth1 10.11.0.1/24
 rdma link add "$DEV" type rxe_rs netdev veth0
@@ -25,6 +25,8 @@ check "MR limits are reported" verbs mr_limits_reported
 check "raw packet QPs (not offered): EOPNOTSUPP" verbs qp_types_unsupported
 check "one completion vector per CPU" verbs comp_vectors_per_cpu
 check "ibv_create_qp_ex with create flags, none set: created" verbs qp_ex_create_flags_none
+wait_for 30 gid_present "$DEV" 0000:0000:0000:0000:0000:ffff:0a0b:0001
+check "ibv_query_gid_table / ibv_query_gid_ex: RoCEv2 GIDs of the netdev, link-local at index 0" verbs gid_table_of_the_netdev
 check "RC QPs: capacities, numbers, limits" verbs qp_caps
 check "RC QP state machine RESET-INIT-RTR-RTS-ERR-RESET, attributes, errnos" verbs qp_state_machine
 check "posting sends: EINVAL before RTS and for atomics, WR_FLUSH_ERR in ERR" verbs post_send_states

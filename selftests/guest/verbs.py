@@ -344,12 +344,35 @@ def cq_ex_polls_a_session(ctx):
     if sec != 0 or not before <= nsec <= after:
         sys.exit(f"raw clock ({sec}, {nsec}) not within [{before}, {after}]")
 
+def gid_table_of_the_netdev(ctx):
+    """ibv_query_gid_table and ibv_query_gid_ex: the port's GIDs, each RoCEv2, on the device's
+    netdev, index 0 its IPv6 link-local address (the default GID), and one the IPv4-mapped
+    address of 10.11.0.1; each entry as ibv_query_gid_ex reads it alone."""
+    with open(f"/sys/class/infiniband/{ctx.name}/ports/1/gid_attrs/ndevs/0") as f:
+        ndev = f.read().strip()
+    with open(f"/sys/class/net/{ndev}/ifindex") as f:
+        ifindex = int(f.read())
+    table = ctx.query_gid_table(64)
+    gids = {entry.gid_index: entry for entry in table}
+    if 0 not in gids or not gids[0].gid_str().startswith("fe80"):
+        sys.exit(f"GID 0 is not the link-local address: {[(i, g.gid_str()) for i, g in gids.items()]}")
+    if "0000:0000:0000:0000:0000:ffff:0a0b:0001" not in [g.gid_str() for g in table]:
+        sys.exit(f"no IPv4-mapped 10.11.0.1 among {[g.gid_str() for g in table]}")
+    for entry in table:
+        if (entry.port_num, entry.gid_type, entry.ndev_ifindex) != (1, e.IBV_GID_TYPE_ROCE_V2, ifindex):
+            sys.exit(f"GID {entry.gid_index}: port {entry.port_num}, type {entry.gid_type}, "
+                     f"ifindex {entry.ndev_ifindex} (want 1, RoCEv2, {ifindex} {ndev})")
+        alone = ctx.query_gid_ex(1, entry.gid_index)
+        if (alone.gid_str(), alone.gid_type, alone.ndev_ifindex) != (entry.gid_str(), entry.gid_type, ifindex):
+            sys.exit(f"GID {entry.gid_index}: ibv_query_gid_ex says {alone.gid_str()}, the table {entry.gid_str()}")
+
+
 CHECKS = {f.__name__: f for f in [pd_alloc_dealloc, cq_create_poll_empty, cq_bad_sizes,
                                    cq_with_channel_arms, many_cqs, mr_register_keys,
                                    mr_bad_access, mr_limits_reported, qp_types_unsupported,
                                    qp_caps, qp_state_machine, post_send_states,
                                    comp_vectors_per_cpu, qp_ex_create_flags_none,
-                                   cq_ex_polls_a_session]}
+                                   cq_ex_polls_a_session, gid_table_of_the_netdev]}
 
 if __name__ == "__main__":
     device, check = sys.argv[1], sys.argv[2]

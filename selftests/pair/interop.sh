@@ -49,6 +49,10 @@ all_cases() {
 	for size in 1024 65536 1048576; do
 		echo "ibv_rc_pingpong -c -e -s $size -n $( ((size >= 65536)) && echo 3 || echo 10)"
 	done
+	# GID index 0: the port's default GID, the netdev's IPv6 link-local address (the later -g
+	# wins over the harness's).
+	echo "ibv_rc_pingpong -c -s 4096 -n 10 -g 0"
+	echo "ib_send_bw -F -s 16384 -n 20 -x 0"
 	for t in ib_send_bw ib_write_bw ib_read_bw; do
 		echo "$t -F -s 16384 -n 20"
 	done
