@@ -265,18 +265,14 @@ fn read_response(
     let w = *s.req.q.work(index);
     if w.atomic {
         // A READ response where an atomic's acknowledge belongs.
-        qp.fail(s, index, WcStatus::BadRespErr);
-        return Err(Counter::RcvdInvalidRequest);
+        return Err(bad_response(qp, s, index));
     }
     if w.atomic_write {
         // Answered by an empty READ RESPONSE ONLY.
         if d.bth.op() != Opcode::RC_READ_RESPONSE_ONLY || !d.payload.is_empty() {
-            qp.fail(s, index, WcStatus::BadRespErr);
-            return Err(Counter::RcvdInvalidRequest);
+            return Err(bad_response(qp, s, index));
         }
-        s.req.q.read_response_arrived(index, psn);
-        s.req.reads.received_before(psn.add(1));
-        retire(qp, &mut s.req, WcStatus::Success);
+        answer_arrived(qp, s, index, psn, true);
         return Ok(());
     }
     let mtu = s.attrs.path_mtu.bytes();
@@ -291,27 +287,45 @@ fn read_response(
     };
     // A LAST response may also end a part of the message (one of several requests).
     if !len_ok || (is_last && !d.info.is_last) {
-        qp.fail(s, index, WcStatus::BadRespErr);
-        return Err(Counter::RcvdInvalidRequest);
+        return Err(bad_response(qp, s, index));
     }
-    if let Err(status) = sgl::scatter(
-        qp.res(),
-        qp.pd,
-        s.req.sges_of(index),
-        u64::from(offset),
-        d.payload,
-    ) {
+    scatter_answer(qp, s, index, u64::from(offset), d.payload)?;
+    answer_arrived(qp, s, index, psn, is_last);
+    Ok(())
+}
+
+/// The WQE at `index` got a response that does not fit it: it fails with BAD_RESP_ERR.
+fn bad_response(qp: &QpInner, s: &mut QpLocked, index: u32) -> Counter {
+    qp.fail(s, index, WcStatus::BadRespErr);
+    Counter::RcvdInvalidRequest
+}
+
+/// Writes `data` at `offset` of the memory the SGEs of the WQE at `index` name; memory they
+/// do not grant fails the WQE.
+fn scatter_answer(
+    qp: &QpInner,
+    s: &mut QpLocked,
+    index: u32,
+    offset: u64,
+    data: &[u8],
+) -> core::result::Result<(), Counter> {
+    if let Err(status) = sgl::scatter(qp.res(), qp.pd, s.req.sges_of(index), offset, data) {
         qp.fail(s, index, status);
         return Err(Counter::RcvdPkts);
     }
+    Ok(())
+}
+
+/// The response at `psn`, the next one the WQE at `index` expects, was taken; the WQE
+/// completes with its `last`.
+fn answer_arrived(qp: &QpInner, s: &mut QpLocked, index: u32, psn: Psn, last: bool) {
     s.req.q.read_response_arrived(index, psn);
     // Responses arrive in order: the requests that end here are answered (whatever the
     // opcode said; rdma_rxe answers a repeat from the middle with MIDDLE..LAST).
     s.req.reads.received_before(psn.add(1));
-    if is_last {
+    if last {
         retire(qp, &mut s.req, WcStatus::Success);
     }
-    Ok(())
 }
 
 /// An atomic acknowledge: earlier WQEs are implicitly acknowledged; the original value goes
@@ -331,22 +345,10 @@ fn atomic_response(
     let index = answered_work(qp, s, psn)?;
     if !s.req.q.work(index).atomic {
         // An atomic acknowledge where a READ's responses belong.
-        qp.fail(s, index, WcStatus::BadRespErr);
-        return Err(Counter::RcvdInvalidRequest);
+        return Err(bad_response(qp, s, index));
     }
-    if let Err(status) = sgl::scatter(
-        qp.res(),
-        qp.pd,
-        s.req.sges_of(index),
-        0,
-        &orig.to_ne_bytes(),
-    ) {
-        qp.fail(s, index, status);
-        return Err(Counter::RcvdPkts);
-    }
-    s.req.q.read_response_arrived(index, psn);
-    s.req.reads.received_before(psn.add(1));
-    retire(qp, &mut s.req, WcStatus::Success);
+    scatter_answer(qp, s, index, 0, &orig.to_ne_bytes())?;
+    answer_arrived(qp, s, index, psn, true);
     Ok(())
 }
 
