@@ -863,9 +863,11 @@ fn execute_atomic(
     s: &mut QpLocked,
     d: &Datagram<'_>,
 ) -> core::result::Result<(), Failure> {
-    // As rdma_rxe: a QP that does not take atomics, or a requester over its credits, makes an
-    // invalid request, and so does a misaligned address; key, rights and range are access
-    // errors.
+    // A QP that does not take atomics, or a requester over its credits, makes an invalid
+    // request, and so does a misaligned address; key, rights and range are access errors: the
+    // codes rdma_rxe sends for each error alone. (With two, it checks the range first, so a
+    // misaligned address out of range gets its access error; and `max_dest_rd_atomic` 0 takes
+    // no request at all there, while here it counts as 1.)
     if !s.attrs.access.contains(Access::REMOTE_ATOMIC) {
         return Err(Failure::Invalid);
     }
@@ -898,8 +900,9 @@ fn execute_atomic_write(
     d: &Datagram<'_>,
     reth: Option<Reth>,
 ) -> core::result::Result<(), Failure> {
-    // As rdma_rxe: the QP's remote write right, a READ credit, exactly 8 bytes, an aligned
-    // address (else invalid request); the R_Key's remote write right over them (else access).
+    // The QP's remote write right, a READ credit, exactly 8 bytes, an aligned address (else
+    // invalid request); the R_Key's remote write right over them (else access): rdma_rxe's
+    // codes for each error alone (see `execute_atomic` for two at once).
     if !s.attrs.access.contains(Access::REMOTE_WRITE) {
         return Err(Failure::Invalid);
     }
