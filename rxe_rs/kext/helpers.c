@@ -34,6 +34,12 @@ bool rxe_rs_helper_is_vlan_dev(const struct net_device *ndev)
 	return is_vlan_dev(ndev);
 }
 
+/* The device under a VLAN device (no reference taken: the VLAN device holds one). */
+struct net_device *rxe_rs_helper_vlan_real_dev(const struct net_device *ndev)
+{
+	return vlan_dev_real_dev(ndev);
+}
+
 bool rxe_rs_helper_net_eq_init(const struct net_device *ndev)
 {
 	return net_eq(dev_net(ndev), &init_net);

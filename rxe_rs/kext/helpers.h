@@ -7,6 +7,7 @@
 #define RXE_RS_HELPERS_H
 
 #include <linux/netdevice.h>
+#include <linux/if_vlan.h>
 #include <linux/skbuff.h>
 #include <net/udp_tunnel.h>
 #include <net/route.h>
@@ -27,6 +28,7 @@ void rxe_rs_helper_dev_put(struct net_device *ndev);
 bool rxe_rs_helper_netif_running(const struct net_device *ndev);
 bool rxe_rs_helper_netif_carrier_ok(const struct net_device *ndev);
 bool rxe_rs_helper_is_vlan_dev(const struct net_device *ndev);
+struct net_device *rxe_rs_helper_vlan_real_dev(const struct net_device *ndev);
 bool rxe_rs_helper_net_eq_init(const struct net_device *ndev);
 struct net_device *rxe_rs_helper_notifier_info_to_dev(void *info);
 

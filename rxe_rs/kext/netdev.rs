@@ -120,6 +120,22 @@ impl NetDevice {
         unsafe { bindings::rxe_rs_helper_is_vlan_dev(self.as_raw()) }
     }
 
+    /// The device that carries its RoCE traffic: for a VLAN device the real device under it
+    /// (where an rxe_rs device may be), else itself.
+    pub(crate) fn carrier(&self) -> &NetDevice {
+        if !self.is_vlan() {
+            return self;
+        }
+        // SAFETY: a valid VLAN device; it holds a reference to its real device for as long as
+        // it exists, which outlives the borrow of `self`.
+        unsafe { NetDevice::from_raw(bindings::rxe_rs_helper_vlan_real_dev(self.as_raw())) }
+    }
+
+    /// Whether it is `other`.
+    pub(crate) fn is(&self, other: &NetDevice) -> bool {
+        core::ptr::eq(self.as_raw(), other.as_raw())
+    }
+
     /// Lives in the initial network namespace (where our UDP sockets are).
     pub(crate) fn in_init_net(&self) -> bool {
         // SAFETY: valid device.

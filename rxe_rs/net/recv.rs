@@ -30,7 +30,11 @@ impl EncapReceiver for Receiver {
             None
         } else {
             // Datagrams arriving on a netdev without an rxe_rs device are not ours to count.
-            let Some(dev) = skb.netdev().and_then(Device::<RxeDevice>::get_by_netdev) else {
+            // One through a VLAN device is for the device on the real one under it.
+            let Some(dev) = skb
+                .netdev()
+                .and_then(|ndev| Device::<RxeDevice>::get_by_netdev(ndev.carrier()))
+            else {
                 return;
             };
             Some(dev)
@@ -75,7 +79,7 @@ impl EncapReceiver for Receiver {
 fn device_of_looped_back(ip: &[u8]) -> Option<DeviceRef<RxeDevice>> {
     NetDevice::with_local_address(packet::source_address(ip)?)?;
     let ndev = NetDevice::with_local_address(packet::destination_address(ip)?)?;
-    Device::<RxeDevice>::get_by_netdev(&ndev)
+    Device::<RxeDevice>::get_by_netdev(ndev.carrier())
 }
 
 /// The module's receive sockets on UDP 4791, IPv4 and (when the kernel has it) IPv6.

@@ -28,6 +28,20 @@ pub(crate) enum TxError {
     Payload(WcStatus),
 }
 
+/// The netdev packets from source address `src` leave by: a VLAN device on ours whose address
+/// it is (its GID is one of the port's: the RDMA core lists the addresses of VLAN devices on
+/// it), tagged by that device as rdma_rxe's are; else ours. Not for an IPv6 link-local source:
+/// a VLAN device has the same one as its real device, and the default GID is the real one's.
+fn egress(res: &Resources, src: &[u8]) -> ARef<NetDevice> {
+    let link_local = src.len() == 16 && src[0] == 0xfe && src[1] & 0xc0 == 0x80;
+    if link_local {
+        return res.ndev.clone();
+    }
+    NetDevice::with_local_address(src)
+        .filter(|ndev| ndev.is_vlan() && ndev.carrier().is(&res.ndev))
+        .unwrap_or_else(|| res.ndev.clone())
+}
+
 /// Sends packets of one QP to its peer.
 pub(crate) struct Transmitter<'a> {
     res: &'a Resources,
@@ -36,17 +50,20 @@ pub(crate) struct Transmitter<'a> {
 }
 
 impl<'a> Transmitter<'a> {
-    /// A transmitter along `av` out of the device's netdev; `None` (counted) when there is no
-    /// netdev or no route.
+    /// A transmitter along `av` out of the netdev its source address belongs to (the device's,
+    /// or a VLAN device on it); `None` (counted) when there is no route.
     pub(crate) fn new(res: &'a Resources, av: &AddressVector) -> Option<Self> {
-        let route = Some(res.ndev.clone()).and_then(|ndev| {
-            let route = match av.families()? {
-                (Family::Ipv4(s), Family::Ipv4(d)) => Route::lookup(&ndev, &s, &d),
-                (Family::Ipv6(s), Family::Ipv6(d)) => Route::lookup(&ndev, &s, &d),
-                _ => None,
-            }?;
-            Some((ndev, route))
-        });
+        let route = match av.families() {
+            Some((Family::Ipv4(s), Family::Ipv4(d))) => {
+                let ndev = egress(res, &s);
+                Route::lookup(&ndev, &s, &d).map(|route| (ndev, route))
+            }
+            Some((Family::Ipv6(s), Family::Ipv6(d))) => {
+                let ndev = egress(res, &s);
+                Route::lookup(&ndev, &s, &d).map(|route| (ndev, route))
+            }
+            _ => None,
+        };
         match route {
             Some((ndev, route)) => Some(Self { res, ndev, route }),
             None => {

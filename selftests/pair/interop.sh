@@ -37,7 +37,7 @@ cases() {
 # and at 1 MiB, with and without events, bandwidth both ways (READ: responses from A), UD bytes
 # (pair_ud.py), rdma_cm across hosts (rping over IPv6, SIDR, a killed client's disconnect), and
 # the UC pingpong (guest/uc.py checks UC's bytes and drops over loopback).
-self_cases='^(ibv_rc_pingpong -c -s 1 |ibv_rc_pingpong -c -e -s 1048576|ib_(write|read)_bw -F|counted|pair_ud.py|cm (rping6|disconnect)$|ib_send_lat -c UD -R|ibv_uc_pingpong|ib_atomic_bw -F -A FETCH|pair_atomic.py)'
+self_cases='^(ibv_rc_pingpong -c -s 1 |ibv_rc_pingpong -c -e -s 1048576|ib_(write|read)_bw -F|counted|pair_ud.py|cm (rping6|disconnect)$|ib_send_lat -c UD -R|ibv_uc_pingpong|ib_atomic_bw -F -A FETCH|pair_atomic.py|vlan )'
 
 all_cases() {
 	local size events t
@@ -53,6 +53,8 @@ all_cases() {
 	# wins over the harness's).
 	echo "ibv_rc_pingpong -c -s 4096 -n 10 -g 0"
 	echo "ib_send_bw -F -s 16384 -n 20 -x 0"
+	# A VLAN GID: the address of VLAN device vlan7 on the pair's link (see vlan_exchange).
+	echo "vlan ibv_rc_pingpong -c -s 4096 -n 10"
 	for t in ib_send_bw ib_write_bw ib_read_bw; do
 		echo "$t -F -s 16384 -n 20"
 	done
@@ -300,6 +302,27 @@ ud_data_exchange() {
 	/usr/bin/python3 -u "$RXE_RS_ROOT/selftests/guest/pair_ud.py" "$role" "$DEV" "$PAIR_PEER_IP" 18701
 }
 
+# ibv_rc_pingpong ARGS... between the GIDs of vlan7's addresses (10.12.0.1 on A, .2 on B):
+# RoCE frames tagged with VLAN 7 both ways, as the VLAN device's own packet counts must show
+# (its real device carries the rxe_rs or rdma_rxe device; the RDMA core lists the VLAN
+# device's addresses among that device's GIDs).
+vlan_exchange() {
+	local me=1 gid idx tx rx rc
+	[[ $PAIR_ROLE == b ]] && me=2
+	gid=0000:0000:0000:0000:0000:ffff:0a0c:000$me
+	wait_for 30 gid_present "$DEV" "$gid" || { echo "no GID for 10.12.0.$me on $DEV"; return 1; }
+	idx=$(gid_index "$DEV" "$gid")
+	read -r tx </sys/class/net/vlan7/statistics/tx_packets
+	read -r rx </sys/class/net/vlan7/statistics/rx_packets
+	# (B's last argument is A's address on the link: the tool's TCP exchange goes there.)
+	ibv_rc_pingpong -d "$DEV" -g "$idx" "$@"
+	rc=$?
+	tx=$(($(</sys/class/net/vlan7/statistics/tx_packets) - tx))
+	rx=$(($(</sys/class/net/vlan7/statistics/rx_packets) - rx))
+	echo "# vlan7 (GID index $idx): $tx packets out, $rx in"
+	((rc == 0 && tx >= 10 && rx >= 10))
+}
+
 # pair_atomic.py as server (A) or client (B), on its own port.
 atomic_exchange() {
 	local role=server
@@ -334,6 +357,8 @@ pairing() {
 			check "$label ${cmd[*]:1} ($role)" counted_exchange "$label-counted" "$mine" "${cmd[1]}" -d "$DEV" -x "$GID" "${cmd[@]:2}"
 		elif [[ ${cmd[0]} == pair_ud.py ]]; then
 			PAIR_PORT=18701 check "$label pair_ud.py: UD bytes and echoes intact ($role)" pair_exchange "$label-ud-data" ud_data_exchange
+		elif [[ ${cmd[0]} == vlan ]]; then
+			check "$label ${cmd[*]:1} on a VLAN GID ($role)" pair_exchange "$label-vlan" vlan_exchange "${cmd[@]:2}"
 		elif [[ ${cmd[0]} == pair_atomic.py ]]; then
 			PAIR_PORT=18702 check "$label pair_atomic.py: atomics from 3 processes, results exact ($role)" pair_exchange "$label-atomic" atomic_exchange
 		else
@@ -344,6 +369,10 @@ pairing() {
 }
 
 pair_link
+# VLAN 7 on the pair's link, for the VLAN GID case.
+ip link add link "$PAIR_DEV" name vlan7 type vlan id 7
+ip addr add "10.12.0.${PAIR_MY_IP##*.}/24" dev vlan7
+ip link set vlan7 up
 ktap_print_header
 # Each pairing: its stack check, then its cases.
 ktap_set_plan $((3 + $(cases rxe_rs-rxe_rs | wc -l) + 2 * $(cases rxe_rs-rdma_rxe | wc -l)))
