@@ -54,10 +54,13 @@ retransmissions() {
 # pair_atomic.py: atomics whose requests and acknowledges the relay loses and duplicates are
 # sent again, and a responder must answer each repeat with the result it recorded: executed
 # twice, a value would come back twice and the word's sum be off.
+# (rdma_rxe 6.12 resends a lost ATOMIC WRITE to remote address 0, a remote access error: where
+# it requests, pair_atomic.py sends none, see there.)
 atomic_exchange() {
-	local role=server
+	local role=server no_write=0
 	[[ $PAIR_ROLE == b ]] && role=client
-	/usr/bin/python3 -u "$RXE_RS_ROOT/selftests/guest/pair_atomic.py" "$role" "$DEV" "$PAIR_PEER_IP" 18702
+	[[ $DEV == rxe0 ]] && no_write=1
+	RXE_RS_NO_ATOMIC_WRITE=$no_write /usr/bin/python3 -u "$RXE_RS_ROOT/selftests/guest/pair_atomic.py" "$role" "$DEV" "$PAIR_PEER_IP" 18702
 }
 
 data_exchange() {
