@@ -8,8 +8,8 @@ use crate::{
             self, Access, Ah, AhAttr, AtomicCap, CorePortCaps, Cq, CqFlags, CqInitAttr, Device,
             DeviceAttr, DeviceCaps, KernelCaps, KernelDest, KernelRecvWr, KernelSendWr,
             KernelWcArray, Mr, MrChange, Mw, MwType, Pd, PortAttr, PortCaps, PortImmutable,
-            PortPhysState, PortState, Qp, QpAttr, QpAttrMask, QpInitAttr, QpLinks, QpType,
-            StatDesc,
+            PortPhysState, PortState, Qp, QpAttr, QpAttrMask, QpInitAttr, QpLinks, QpType, Srq,
+            SrqAttr, SrqAttrMask, StatDesc,
         },
         lock::{new_spinlock_bh, new_spinlock_irq, SpinLockBh},
         netdev::NetDevice,
@@ -29,6 +29,7 @@ use crate::{
     verbs::mr::{self, Backing, FastRegion, FixedRegion, MrInner, MrKind, RxeMr},
     verbs::mw::{MwInner, RxeMw},
     verbs::pd::RxePd,
+    verbs::srq::RxeSrq,
 };
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use kernel::{prelude::*, sync::Arc, types::ARef};
@@ -46,6 +47,8 @@ pub(crate) struct RxeDevice {
     pds: ObjectCount,
     /// Live completion queues (limit: [`limits::MAX_CQ`]).
     cqs: ObjectCount,
+    /// Live shared receive queues (limit: [`limits::MAX_SRQ`]).
+    srqs: ObjectCount,
     /// Names PDs, so that MRs and QPs can be matched to theirs (never reused: 64 bits).
     next_pd_id: AtomicU64,
     /// Queue pairs by number (limit: [`limits::MAX_QP`]).
@@ -108,6 +111,7 @@ impl RxeDevice {
             active_mtu: AtomicU32::new(mtu),
             pds: ObjectCount::new(),
             cqs: ObjectCount::new(),
+            srqs: ObjectCount::new(),
             next_pd_id: AtomicU64::new(1),
             qps <- IndexTable::new(limits::FIRST_QPN, limits::MAX_QP),
             gsi <- new_spinlock_bh!(None, "rxe_rs_gsi"),
@@ -194,6 +198,9 @@ impl ib::Driver for RxeDevice {
         attr.max_mw = limits::MAX_MW as i32;
         attr.max_qp = limits::MAX_QP as i32;
         attr.max_qp_wr = limits::MAX_QP_WR as i32;
+        attr.max_srq = limits::MAX_SRQ as i32;
+        attr.max_srq_wr = limits::MAX_SRQ_WR as i32;
+        attr.max_srq_sge = limits::MAX_SRQ_SGE as i32;
         attr.max_send_sge = limits::MAX_SGE as i32;
         attr.max_recv_sge = limits::MAX_SGE as i32;
         attr.max_sge_rd = limits::MAX_SGE as i32;
@@ -313,6 +320,7 @@ impl ib::Driver for RxeDevice {
             send: links.send,
             recv: links.recv,
             qp: links.qp,
+            srq: links.srq,
         };
         if init.qp_type() == Some(QpType::Gsi) {
             // One per port, made by ib_mad, numbered 1.
@@ -447,6 +455,35 @@ impl ib::Driver for RxeDevice {
 
     fn post_send(_dev: &Device<Self>, qp: &Qp<Self>) -> Result {
         qp.inner.post_send()
+    }
+
+    type Srq = RxeSrq;
+
+    fn create_srq(
+        dev: &Device<Self>,
+        pd: &Pd<Self>,
+        attr: &mut SrqAttr,
+        udata: &Udata<'_>,
+    ) -> Result<impl PinInit<RxeSrq, Error>> {
+        dev.srqs.acquire(limits::MAX_SRQ)?;
+        RxeSrq::new(pd.id, attr, udata).inspect_err(|_| dev.srqs.release())
+    }
+
+    fn modify_srq(srq: &Srq<Self>, attr: &SrqAttr, mask: SrqAttrMask) -> Result {
+        srq.modify(attr, mask)
+    }
+
+    fn query_srq(srq: &Srq<Self>, attr: &mut SrqAttr) -> Result {
+        srq.query(attr);
+        Ok(())
+    }
+
+    fn destroy_srq(dev: &Device<Self>, _srq: &Srq<Self>) {
+        dev.srqs.release();
+    }
+
+    fn post_srq_recv_kernel(srq: &Srq<Self>, wr: &KernelRecvWr<'_>) -> Result {
+        srq.post_kernel(wr.wr_id, wr.sges.iter(), wr.sges.len())
     }
 
     type Mr = RxeMr;

@@ -47,6 +47,12 @@ pub(crate) const QPN_INDEX_BITS: u32 = 17;
 pub(crate) const QPN_INDEX_MASK: u32 = (1 << QPN_INDEX_BITS) - 1;
 /// Work requests per queue.
 pub(crate) const MAX_QP_WR: u32 = 1 << 14;
+/// Shared receive queues per device.
+pub(crate) const MAX_SRQ: u32 = 1 << 16;
+/// Work requests per shared receive queue.
+pub(crate) const MAX_SRQ_WR: u32 = MAX_QP_WR;
+/// Scatter/gather entries per shared receive WQE.
+pub(crate) const MAX_SRQ_SGE: u32 = MAX_SGE;
 /// Scatter/gather entries per work request.
 pub(crate) const MAX_SGE: u32 = 32;
 /// Inline data per send work request.

@@ -7,7 +7,8 @@
 # written to the mapped rings failing only its own QP or CQ (guest/ring_scribble.py); rnr_retry
 # and retry_cnt honoured against a responder without receives or in ERR (guest/rc_recovery.py);
 # UC: SENDs and WRITEs intact, and what cannot be received (no receive, a bad R_Key, a packet
-# lost, a message cut short) dropped and counted with the QPs running on (guest/uc.py);
+# lost, a message cut short) dropped and counted with the QPs running on (guest/uc.py); SRQs
+# shared by QPs, their limit and last-WQE events, RNR and errnos (guest/srq.py);
 # those packets, between QPs of this host, go to the receive path without crossing lo.
 source "$(dirname "$0")/guest/lib.sh"
 DEV=rxers0
@@ -21,8 +22,10 @@ scribbles=(rq_indices_scribbled rq_wqe_scribbled sq_indices_scribbled sq_wqe_scr
 recoveries=(rnr_retry_exhausted rnr_waits_for_a_receive retry_cnt_exhausted)
 ucs=(uc_send_write_imm_intact uc_no_receive_drops_the_message uc_bad_rkey_drops_the_write
 	uc_lost_and_cut_short_messages uc_long_write_sqd_and_a_big_batch uc_refuses_what_it_cannot_carry)
+srqs=(srq_shared_by_qps srq_limit_event srq_rnr_waits_for_a_post srq_last_wqe_and_destroy
+	srq_ud_short_wqe_completes_in_error)
 ktap_print_header
-ktap_set_plan $((${#checks[@]} + ${#scribbles[@]} + ${#recoveries[@]} + ${#ucs[@]} + 2))
+ktap_set_plan $((${#checks[@]} + ${#scribbles[@]} + ${#recoveries[@]} + ${#ucs[@]} + ${#srqs[@]} + 2))
 reset_or_bail
 make_veth veth0 veth1 10.11.0.1/24
 rdma link add "$DEV" type rxe_rs netdev veth0
@@ -38,6 +41,7 @@ check "packets between QPs of this host skip lo (local delivery)" test $((lo_pac
 run_py_checks ring_scribble.py "${scribbles[@]}"
 run_py_checks rc_recovery.py "${recoveries[@]}"
 run_py_checks uc.py "${ucs[@]}"
+run_py_checks srq.py "${srqs[@]}"
 rdma statistic show link "$DEV/1" | sed 's/^/# /'
 check "the remote access errors were NAKed and counted" test "$(counter rcvd_invalid_request)" -ge 5
 

@@ -16,7 +16,7 @@ modules=(test_addr test_atomic test_cq test_cq_events test_cqex test_device test
 # here and in Documentation/verbs-suite.md).
 known_gaps=()
 # The reasons a test may skip on rxe_rs, each explained in Documentation/verbs-suite.md.
-allowed_skips="skipped '(Device memory is not supported|ODP is not supported - No ODP caps|Allocating dmabuf is not supported.*|Create QP type 8 is not supported|Create Raw Packet QP .*is not supported|Parent Domain is not supported on this device|Create XRCD is not supported|Importing a device is not supported|There are no huge pages of size 2M allocated|Extended CQ is not supported|Create SRQ is not supported)'\$|skipped \"Device DEV doesn't have net interface\"\$"
+allowed_skips="skipped '(Device memory is not supported|ODP is not supported - No ODP caps|Allocating dmabuf is not supported.*|Create QP type 8 is not supported|Create Raw Packet QP .*is not supported|Parent Domain is not supported on this device|Create XRCD is not supported|Importing a device is not supported|There are no huge pages of size 2M allocated|Extended CQ is not supported)'\$|skipped \"Device DEV doesn't have net interface\"\$"
 
 ktap_print_header
 ktap_set_plan 4

@@ -18,6 +18,7 @@ pub mod pd;
 pub mod post;
 pub mod qp;
 pub mod ring;
+pub mod srq;
 pub mod wqe;
 
 /// Sets `errno` for verbs that report errors through it (those returning pointers).

@@ -19,7 +19,7 @@ pub struct Qp {
     pub verbs: verbs_qp,
     /// Send ring (we produce).
     pub sq: Option<MappedRing>,
-    /// Receive ring (we produce).
+    /// Receive ring (we produce); none for a QP attached to an SRQ.
     pub rq: Option<MappedRing>,
     /// Producer-side state of the SQ.
     pub send: SendQueue,
@@ -66,6 +66,7 @@ unsafe fn finish_create(
 ) -> *mut ibv_qp {
     let ibqp = qp.cast::<ibv_qp>();
     let d = &resp.drv;
+    // A QP attached to an SRQ has no RQ (the kernel describes none).
     let rings = MappedRing::map(
         fd,
         &d.sq,
@@ -75,24 +76,25 @@ unsafe fn finish_create(
         },
     )
     .and_then(|sq| {
-        Ok((
-            sq,
-            MappedRing::map(
-                fd,
-                &d.rq,
-                RingGeometry {
-                    log2_slots: d.rq_log2_slots,
-                    slot_size: d.rq_slot_size,
-                },
-            )?,
-        ))
+        if d.rq.size == 0 {
+            return Ok((sq, None));
+        }
+        let rq = MappedRing::map(
+            fd,
+            &d.rq,
+            RingGeometry {
+                log2_slots: d.rq_log2_slots,
+                slot_size: d.rq_slot_size,
+            },
+        )?;
+        Ok((sq, Some(rq)))
     });
     match rings {
         Ok((sq, rq)) => {
             // SAFETY: `qp` is ours until returned.
             unsafe {
                 (*qp).sq = Some(sq);
-                (*qp).rq = Some(rq);
+                (*qp).rq = rq;
                 (*qp).max_recv_sge = cap.max_recv_sge;
                 (*qp).send.max_sge = cap.max_send_sge;
                 (*qp).send.max_inline = cap.max_inline_data;

@@ -3,7 +3,8 @@
 //! padding (their sizes are asserted in `uapi/`), so they may be copied to and from user space.
 
 use crate::uapi::{
-    CqSlot, Cqe, CreateAhResp, CreateCqResp, CreateQpResp, MmapInfo, RecvWqe, SendWqe, Sge,
+    CqSlot, Cqe, CreateAhResp, CreateCqResp, CreateQpResp, CreateSrqResp, MmapInfo, RecvWqe,
+    SendWqe, Sge,
 };
 use kernel::types::{AsBytes, FromBytes};
 
@@ -21,6 +22,7 @@ plain_bytes!(
     CreateAhResp,
     CreateCqResp,
     CreateQpResp,
+    CreateSrqResp,
     Cqe,
     CqSlot,
     SendWqe,

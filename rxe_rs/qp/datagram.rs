@@ -24,10 +24,11 @@ use crate::{
     qp::{
         completer,
         requester::{self, RunEnd},
-        responder::{self, DatagramSource, RqError},
+        responder::{self, DatagramSource},
         QpInner, QpLocked,
     },
     uapi::{send_flags, send_opcode, wc_opcode, WcStatus},
+    verbs::recv_wqe::RqError,
 };
 
 /// A Q_Key with this bit set in a send WR means "the QP's own Q_Key" (IBA 10.2.5): so a process
@@ -154,12 +155,26 @@ fn receive_locked(qp: &QpInner, s: &mut QpLocked, d: &Datagram<'_>) -> Counter {
         return Counter::RcvdUdDropped;
     };
     // The WQE stays posted for a datagram that fits: this one is dropped, as rdma_rxe does.
+    // An SRQ's WQE, which already left the SRQ, completes with LOC_LEN_ERR instead (as a NIC
+    // reports it), the QP running on: kept here, it would wait for a datagram that fits, where
+    // the SRQ's other QPs could have used it.
     let room: u64 = recv.sges[..recv.num_sge]
         .iter()
         .map(|sge| u64::from(sge.length))
         .sum();
     let byte_len = d.payload.len() as u64 + GRH_BYTES as u64;
     if byte_len > room {
+        if qp.peers.srq.is_some() {
+            responder::complete_recv(
+                qp,
+                s,
+                WcStatus::LocLenErr,
+                wc_opcode::RECV,
+                0,
+                responder::Carried::Nothing,
+                false,
+            );
+        }
         return Counter::RcvdUdDropped;
     }
     let written =

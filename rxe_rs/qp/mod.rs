@@ -14,7 +14,7 @@ pub(crate) mod unreliable;
 use crate::{
     counters::Counter,
     kext::{
-        ib::{Access, CqRef, QpAttrMask, QpCap, QpEvent, QpRef, QpState, QpType},
+        ib::{Access, CqRef, QpAttrMask, QpCap, QpEvent, QpRef, QpState, QpType, SrqRef},
         kmem,
         lock::{new_spinlock_bh, new_spinlock_irq, SpinLockBh, SpinLockIrq},
         timer::{Timer, TimerOwner},
@@ -26,7 +26,7 @@ use crate::{
         send_flags, send_opcode, RecvWqe, SendWqe, Sge, WcStatus, RING_FLAG_FLUSH,
         RING_FLAG_SQ_POLLED,
     },
-    verbs::{cq::RxeCq, mr::PdId},
+    verbs::{cq::RxeCq, mr::PdId, srq::RxeSrq},
 };
 use crate::{
     kext::{
@@ -103,6 +103,8 @@ pub(crate) struct QpPeers {
     pub(crate) recv: CqRef<RxeCq>,
     /// For its asynchronous events.
     pub(crate) qp: QpRef,
+    /// Where its receive WQEs come from instead of its own RQ, if it was created with one.
+    pub(crate) srq: Option<SrqRef<RxeSrq>>,
 }
 
 /// A queue pair as the verbs layer holds it; the QP itself is shared with the datapath, which
@@ -187,11 +189,18 @@ impl QpInner {
         udata: &Udata<'_>,
     ) -> Result<impl PinInit<Self, Error>> {
         let qp_type = init.qp_type().ok_or_else(eopnotsupp)?;
-        if !init.srq.is_null() || init.create_flags != 0 {
+        if init.create_flags != 0 {
             return Err(eopnotsupp());
         }
         if init.send_cq.is_null() || init.recv_cq.is_null() {
             return Err(EINVAL);
+        }
+        let shared_rq = peers.srq.is_some();
+        if shared_rq {
+            // Its receive queue is the SRQ: what it asks for one of its own is ignored, as
+            // rdma_rxe does.
+            init.cap.max_recv_wr = 0;
+            init.cap.max_recv_sge = 0;
         }
         clamp_caps(&mut init.cap)?;
         let sq_geometry = RingGeometry::for_entries(
@@ -203,12 +212,26 @@ impl QpInner {
         // Report what the rings really hold (free-running indices: every slot is usable).
         init.cap.max_send_wr = sq_geometry.slots();
         init.cap.max_recv_wr = rq_geometry.slots();
+        if shared_rq {
+            init.cap.max_recv_wr = 0;
+            init.cap.max_recv_sge = 0;
+        }
         let (sq, rq) = match udata.ucontext() {
             Some(ctx) => {
                 let sq = SharedRing::new(&ctx, sq_geometry)?;
-                let rq = SharedRing::new(&ctx, rq_geometry)?;
-                let (Some(sq_map), Some(rq_map)) = (sq.mmap_info(), rq.mmap_info()) else {
-                    return Err(EINVAL);
+                let sq_map = sq.mmap_info().ok_or(EINVAL)?;
+                // With an SRQ, a QP's own RQ (one slot, in kernel memory) is never posted to:
+                // the process is not given it.
+                let (rq, rq_map, rq_geometry) = if shared_rq {
+                    let none = RingGeometry {
+                        log2_slots: 0,
+                        slot_size: 0,
+                    };
+                    (SharedRing::new_kernel(rq_geometry)?, (0, 0), none)
+                } else {
+                    let rq = SharedRing::new(&ctx, rq_geometry)?;
+                    let rq_map = rq.mmap_info().ok_or(EINVAL)?;
+                    (rq, rq_map, rq_geometry)
                 };
                 udata.write(&CreateQpResp {
                     sq: MmapInfo {
@@ -694,6 +717,10 @@ impl QpInner {
         self.rq.store(RingIndex::Flags, RING_FLAG_FLUSH);
         fence(Ordering::SeqCst);
         responder::flush_rq(self, s);
+        if self.peers.srq.is_some() {
+            // It takes nothing more from its SRQ: its owner may now destroy it safely.
+            self.peers.qp.dispatch_event(QpEvent::LastWqeReached);
+        }
     }
 
     /// One of the QP's rings is corrupt (the process wrote garbage to its indices): the error
@@ -818,7 +845,8 @@ impl QpInner {
         sges: impl Iterator<Item = Sge>,
         num_sge: usize,
     ) -> Result {
-        if num_sge > self.caps.max_recv_sge as usize {
+        // A QP with an SRQ is posted to through the SRQ (`ib_post_srq_recv`).
+        if self.peers.srq.is_some() || num_sge > self.caps.max_recv_sge as usize {
             return Err(EINVAL);
         }
         let mut producer = self.rq_post.lock();

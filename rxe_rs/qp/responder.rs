@@ -31,19 +31,14 @@ use crate::{
         wire::Frame,
     },
     qp::{self, QpInner, QpLocked},
-    uapi::{wc_flags, wc_opcode, Cqe, RecvWqe, Sge, WcStatus},
+    uapi::{wc_flags, wc_opcode, Cqe, WcStatus},
     verbs::cq::{CqeSource, RxeCq},
-    verbs::{mr::AccessError, sgl},
+    verbs::{
+        mr::AccessError,
+        recv_wqe::{read_recv_wqe, RecvInProgress, RqError},
+        sgl, srq,
+    },
 };
-
-/// A receive WQE taken from the RQ, and how far a message has filled it.
-pub(crate) struct RecvInProgress {
-    pub(crate) wr_id: u64,
-    pub(crate) sges: [Sge; limits::MAX_SGE as usize],
-    pub(crate) num_sge: usize,
-    /// Bytes received so far.
-    pub(crate) received: u64,
-}
 
 /// Where a multi-packet RDMA WRITE is going.
 #[derive(Clone, Copy)]
@@ -179,53 +174,24 @@ pub(super) enum Failure {
     BrokenRing,
 }
 
-/// Why the next receive WQE cannot be used. Only a process writing garbage to its own RQ gets
-/// here: the provider never posts either.
-#[derive(Clone, Copy)]
-pub(super) enum RqError {
-    /// The indices are inconsistent: nothing in the ring can be trusted.
-    BrokenRing,
-    /// The WQE is malformed (more SGEs than the QP has); it was taken off the ring with no SGEs.
-    BadWqe,
-}
-
-/// Takes the next receive WQE off the RQ: `Ok(false)` if the process posted none (RNR).
+/// Takes the next receive WQE for a message: off the QP's SRQ if it has one, else off its RQ
+/// (at `rq_consumer`, which the QP advances when the WQE completes). `Ok(false)` if none was
+/// posted (RNR).
 pub(super) fn take_recv_wqe(
     qp: &QpInner,
     rq_consumer: u32,
     recv: &mut Option<RecvInProgress>,
 ) -> core::result::Result<bool, RqError> {
+    if let Some(srq) = &qp.peers.srq {
+        return srq::take(srq.get(), recv);
+    }
     let producer = qp.rq.load(RingIndex::Producer);
     match qp.rq.geometry().occupancy(producer, rq_consumer) {
         None => return Err(RqError::BrokenRing),
         Some(0) => return Ok(false),
         Some(_) => {}
     }
-    let wqe: RecvWqe = qp
-        .rq
-        .read(rq_consumer, 0)
-        .map_err(|_| RqError::BrokenRing)?;
-    let r = recv.insert(RecvInProgress {
-        wr_id: wqe.wr_id,
-        sges: [Sge::default(); limits::MAX_SGE as usize],
-        num_sge: 0,
-        received: 0,
-    });
-    let num_sge = wqe.num_sge as usize;
-    if num_sge > qp.caps.max_recv_sge as usize {
-        return Err(RqError::BadWqe);
-    }
-    for (i, sge) in r.sges[..num_sge].iter_mut().enumerate() {
-        *sge = qp
-            .rq
-            .read(
-                rq_consumer,
-                core::mem::size_of::<RecvWqe>() + i * core::mem::size_of::<Sge>(),
-            )
-            .map_err(|_| RqError::BrokenRing)?;
-    }
-    r.num_sge = num_sge;
-    Ok(true)
+    read_recv_wqe(&qp.rq, rq_consumer, qp.caps.max_recv_sge, qp.pd, recv)
 }
 
 /// Copies `data` into the WQE's buffers after what is already there; a message longer than
@@ -242,7 +208,7 @@ pub(super) fn scatter(
         .ok_or(WcStatus::LocLenErr)?;
     sgl::scatter(
         qp.res(),
-        qp.pd,
+        recv.pd,
         &recv.sges[..recv.num_sge],
         recv.received,
         data,
@@ -307,8 +273,11 @@ pub(super) fn complete_recv_from(
     if status == WcStatus::Success {
         qp.count(Counter::RdmaRecvs);
     }
-    s.resp.rq_consumer = s.resp.rq_consumer.wrapping_add(1);
-    qp.rq.store(RingIndex::Consumer, s.resp.rq_consumer);
+    if qp.peers.srq.is_none() {
+        // (An SRQ's WQE left its ring when it was taken.)
+        s.resp.rq_consumer = s.resp.rq_consumer.wrapping_add(1);
+        qp.rq.store(RingIndex::Consumer, s.resp.rq_consumer);
+    }
     let cqe = Cqe {
         wr_id: recv.wr_id,
         status: status.raw(),
@@ -361,6 +330,10 @@ pub(crate) fn flush_rq(qp: &QpInner, s: &mut QpLocked) {
     };
     if s.resp.recv.is_some() {
         flush_one(s);
+    }
+    // An SRQ's WQEs stay for its other QPs.
+    if qp.peers.srq.is_some() {
+        return;
     }
     let producer = qp.rq.load(RingIndex::Producer);
     // A ring too corrupt to read: nothing in it can be flushed.

@@ -74,6 +74,16 @@ fn handle_request(qp: &QpInner, s: &mut QpLocked, d: &Datagram<'_>) -> Counter {
         // No receive WQE, a bad key or range, too long for the buffers: the message is lost.
         Ok(Outcome::NotReady | Outcome::Read(_)) | Err(_) => {
             s.resp.seq.drop_message();
+            if qp.peers.srq.is_some() && s.resp.recv.is_some() {
+                // The WQE already left the SRQ: kept here, it would wait for a message this QP
+                // may never get (one that fits), where the SRQ's other QPs could have used it.
+                // It completes in error instead, the QP running on (as rdma_rxe does).
+                let status = match result {
+                    Err(Failure::Local(status)) => status,
+                    _ => WcStatus::RemInvReqErr,
+                };
+                complete_recv(qp, s, status, wc_opcode::RECV, 0, Carried::Nothing, false);
+            }
             forget_partial_message(s);
             Counter::RcvdUcDropped
         }

@@ -53,9 +53,12 @@ def pattern(n, seed):
 class Side:
     """One end: a PD, a CQ and a connected QP (RC, or UC)."""
 
-    def __init__(self, ctx, cqe=64, wr_api=False, send_wr=16, qp_type=e.IBV_QPT_RC, send_ops=WR_API_OPS):
-        self.pd = PD(ctx)
-        self.cq = CQ(ctx, cqe)
+    def __init__(self, ctx, cqe=64, wr_api=False, send_wr=16, qp_type=e.IBV_QPT_RC, send_ops=WR_API_OPS,
+                 pd=None, cq=None, srq=None):
+        """`pd` and `cq` are shared with other sides if given; with `srq`, the QP receives
+        from that SRQ instead of an RQ of its own."""
+        self.pd = pd or PD(ctx)
+        self.cq = cq or CQ(ctx, cqe)
         self.qp_type = qp_type
         cap = QPCap(max_send_wr=send_wr, max_recv_wr=16, max_send_sge=4, max_recv_sge=4, max_inline_data=64)
         if wr_api:
@@ -65,7 +68,7 @@ class Side:
                                 send_ops_flags=send_ops)
             self.qp = QPEx(ctx, attr)
         else:
-            self.qp = QP(self.pd, QPInitAttr(qp_type=qp_type, scq=self.cq, rcq=self.cq, cap=cap))
+            self.qp = QP(self.pd, QPInitAttr(qp_type=qp_type, scq=self.cq, rcq=self.cq, srq=srq, cap=cap))
 
     def mr(self, size, access=RW, fill=GUARD):
         mr = MR(self.pd, size, access)

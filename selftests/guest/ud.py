@@ -54,9 +54,10 @@ def mtu_bytes(ctx):
 
 
 class UdSide:
-    """One end: a PD, a CQ, a UD QP in RTS with Q_Key `qkey`, and a receive buffer."""
+    """One end: a PD, a CQ, a UD QP in RTS with Q_Key `qkey` (receiving from `srq` if given),
+    and a receive buffer."""
 
-    def __init__(self, ctx, qkey=QKEY, pd=None, wr_api=False, buf=8192):
+    def __init__(self, ctx, qkey=QKEY, pd=None, wr_api=False, buf=8192, srq=None):
         self.ctx = ctx
         self.pd = pd or PD(ctx)
         self.cq = CQ(ctx, 64)
@@ -67,7 +68,7 @@ class UdSide:
                                 send_ops_flags=e.IBV_QP_EX_WITH_SEND | e.IBV_QP_EX_WITH_SEND_WITH_IMM)
             self.qp = QPEx(ctx, attr)
         else:
-            self.qp = QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_UD, scq=self.cq, rcq=self.cq, cap=cap))
+            self.qp = QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_UD, scq=self.cq, rcq=self.cq, srq=srq, cap=cap))
         init = QPAttr(qp_state=e.IBV_QPS_INIT)
         init.pkey_index, init.port_num, init.qkey = 0, 1, qkey
         self.qp.modify(init, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_QKEY)

@@ -3,7 +3,8 @@
 # ends, rxe_rs (A) with the C rdma_rxe (B), and rdma_rxe (A) with rxe_rs (B). With rdma_rxe:
 # ibv_rc_pingpong with payload checking (-c) at 1 B..1 MiB, with and without completion events
 # (-e); perftest send/write/read bandwidth and latency, and a stream of 2000 small WRITEs;
-# atomics (perftest's FETCH ADD and COMPARE SWAP, and pair_atomic.py's exact results); UC:
+# atomics (perftest's FETCH ADD and COMPARE SWAP, and pair_atomic.py's exact results); SRQs
+# (ibv_srq_pingpong -c over 4 QPs, perftest --use-srq over RC and UD); UC:
 # ibv_uc_pingpong -c, perftest WRITE bandwidth and SEND latency; ibv_ud_pingpong at 1 B and the MTU, perftest UD send bandwidth and latency, and pair_ud.py,
 # which checks every UD byte and echoes through ibv_create_ah_from_wc; over rdma_cm (ib_cm MADs
 # on QP1): rping -V and ucmatose over IPv4 and IPv6, udaddy, mckey (multicast from B to A: 10
@@ -36,8 +37,8 @@ cases() {
 # doorbell skipping and its responder's ACK thinning in one stream (counted), RC at one packet
 # and at 1 MiB, with and without events, bandwidth both ways (READ: responses from A), UD bytes
 # (pair_ud.py), rdma_cm across hosts (rping over IPv6, SIDR, a killed client's disconnect), and
-# the UC pingpong (guest/uc.py checks UC's bytes and drops over loopback).
-self_cases='^(ibv_rc_pingpong -c -s 1 |ibv_rc_pingpong -c -e -s 1048576|ib_(write|read)_bw -F|counted|pair_ud.py|cm (rping6|disconnect)$|ib_send_lat -c UD -R|ibv_uc_pingpong|ib_atomic_bw -F -A FETCH|pair_atomic.py|vlan )'
+# the UC and SRQ pingpongs (guest/uc.py and guest/srq.py check the bytes over loopback).
+self_cases='^(ibv_rc_pingpong -c -s 1 |ibv_rc_pingpong -c -e -s 1048576|ib_(write|read)_bw -F|counted|pair_ud.py|cm (rping6|disconnect)$|ib_send_lat -c UD -R|ibv_uc_pingpong|ib_atomic_bw -F -A FETCH|pair_atomic.py|vlan |ibv_srq_pingpong)'
 
 all_cases() {
 	local size events t
@@ -67,6 +68,11 @@ all_cases() {
 	echo "ib_atomic_bw -F -A CMP_AND_SWAP -n 200"
 	echo "ib_atomic_lat -F -A FETCH_AND_ADD -n 100"
 	echo "pair_atomic.py"
+	# Shared receive queues: 4 QPs on each end taking their receives from one SRQ (the
+	# payload checked), and perftest's SEND with its receives on an SRQ, over RC and UD.
+	echo "ibv_srq_pingpong -c -s 4096 -q 4 -n 10"
+	echo "ib_send_bw --use-srq -F -s 16384 -n 20"
+	echo "ib_send_bw -c UD --use-srq -F -s 1024 -n 20"
 	# A stream of small WRITEs, with the counters that show what it cost (counted_exchange).
 	echo "counted ib_write_bw -F -s 64 -n 2000"
 	# UC: nothing acknowledges it, so a packet the link loses (the host's socket buffer under

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # NVMe over Fabrics on RDMA between the two VMs, in three pairings in one boot: rxe_rs on both
-# ends, rxe_rs target (A) with an rdma_rxe host (B), and an rdma_rxe target (A) with an rxe_rs
+# ends, rxe_rs target (A) with an rdma_rxe host (B; the target's receives then on SRQs:
+# nvmet-rdma use_srq=1, a kernel consumer's SRQ), and an rdma_rxe target (A) with an rxe_rs
 # host (B). A exports a memory-backed null_blk namespace through nvmet-rdma; B discovers it,
 # connects with nvme-rdma, and runs fio with crc32c verification (random writes of 4 KiB to
 # 1 MiB at queue depth 16, then mixed reads and writes at depth 1), disconnects, connects again
@@ -40,12 +41,19 @@ FIO_MIXED=(--name=mixed --rw=randrw --bssplit=4k/50:16k/30:128k/20 --offset=32M 
 
 # The exported namespace: a 1 GiB memory-backed null_blk device (pages allocated as written) behind port 4420 on our
 # address (rdma_cm listens there on whichever RDMA device has the address).
+# With SRQ=1, nvmet-rdma takes every queue's receives from shared receive queues (use_srq=1):
+# a kernel consumer's SRQ, posted with ib_post_srq_recv.
 target_up() {
 	mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
 	local enabled
 	enabled=$(dmesg | grep -c "nvmet_rdma: enabling port 1 ($PAIR_MY_IP:4420)")
 	modprobe null_blk nr_devices=1 gb=1 memory_backed=1 bs=4096 &&
-		modprobe nvmet && modprobe nvmet-rdma || return
+		modprobe nvmet && modprobe nvmet-rdma use_srq="${SRQ:-0}" || return
+	# (Read when the module loads: a module left loaded by the last pairing keeps its value.)
+	if [[ $(cat /sys/module/nvmet_rdma/parameters/use_srq) != "$( ((${SRQ:-0})) && echo Y || echo N)" ]]; then
+		echo "# nvmet-rdma was loaded with use_srq=$(cat /sys/module/nvmet_rdma/parameters/use_srq)"
+		return 1
+	fi
 	local sub=$CFS/subsystems/$NQN port=$CFS/ports/1
 	mkdir "$sub" "$sub/namespaces/1" "$port" &&
 		echo 1 >"$sub/attr_allow_any_host" &&
@@ -58,6 +66,12 @@ target_up() {
 		ln -s "$sub" "$port/subsystems/$NQN" || return
 	# nvmet_rdma logs the port it enabled, or why it could not.
 	wait_for 30 port_enabled_since "$enabled"
+}
+
+# The RDMA core lists an SRQ of the target's device (nvmet-rdma's, one per completion vector).
+srq_in_use() {
+	rdma resource show srq dev "$DEV" | sed 's/^/# /'
+	[[ -n $(rdma resource show srq dev "$DEV") ]]
 }
 
 # nvmet_rdma said it enabled our port more than N times.
@@ -206,8 +220,18 @@ pairing() {
 	pair_barrier "$label-start" || return
 	check "$label: $mine up on $PAIR_DEV, and the peer's stack" pair_stack_up_both "$mine" "$label" || down=1
 	if [[ $PAIR_ROLE == a ]]; then
-		step "$label: nvmet-rdma exports a null_blk namespace on $DEV" target_up || : >"$PAIR_RESULTS/a.$label-no-target"
+		# rxe_rs serving rdma_rxe: the target's receives on SRQs (checked once the host is done).
+		local srq=0
+		[[ $label == "rxe_rs<->rdma_rxe" ]] && srq=1
+		step "$label: nvmet-rdma exports a null_blk namespace on $DEV$( ((srq)) && echo ', its receives on SRQs')" \
+			eval 'SRQ=$srq target_up' || : >"$PAIR_RESULTS/a.$label-no-target"
 		pair_barrier "$label-target" || return
+		if ((srq)); then
+			# While the host is connected (nvmet-rdma makes a device's SRQs when its first
+			# queue connects, and frees them with its last).
+			wait_for 900 test -e "$PAIR_RESULTS/b.$label-connected"
+			check "$label: the target's queues take their receives from SRQs" srq_in_use
+		fi
 		pair_barrier "$label-host-done" || return
 		dmesg | grep -E 'nvmet' | tail -n 6 | sed 's/^/# target: /'
 		# (In every pairing: a command before the RTU needs no damaged link, a slow host does.)
@@ -223,6 +247,7 @@ pairing() {
 		[[ -e $PAIR_RESULTS/a.$label-no-target ]] && down=1
 		step "$label: nvme discover lists $NQN over rdma" discover
 		step "$label: nvme connect -t rdma, the namespace appears" connect || down=1
+		: >"$PAIR_RESULTS/b.$label-connected"
 		step "$label: fio random writes 4 KiB..1 MiB, depth 16, crc32c verified" run_fio "${FIO_WRITE[@]}"
 		step "$label: fio mixed reads and writes, depth 1, crc32c verified" run_fio "${FIO_MIXED[@]}"
 		step "$label: nvme disconnect" disconnect
@@ -246,7 +271,7 @@ pairing() {
 pair_link
 ktap_print_header
 if [[ $PAIR_ROLE == a ]]; then
-	ktap_set_plan $((3 * 4))
+	ktap_set_plan $((3 * 4 + 1))
 else
 	ktap_set_plan $((3 * 8 + 2 + 1))
 fi

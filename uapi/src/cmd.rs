@@ -31,7 +31,8 @@ const _: () = {
     assert!(core::mem::size_of::<CreateCqResp>() == 24);
 };
 
-/// Response to `create_qp`: the send and receive rings (both user-produced).
+/// Response to `create_qp`: the send and receive rings (both user-produced). A QP attached to
+/// an SRQ has no receive ring: `rq` is all zeros, and so are its log2 and slot size.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CreateQpResp {
@@ -50,6 +51,21 @@ pub struct CreateQpResp {
 }
 
 const _: () = assert!(core::mem::size_of::<CreateQpResp>() == 48);
+
+/// Response to `create_srq`: the shared receive queue's ring (user-produced, like a QP's RQ;
+/// it has no flags word in use: an SRQ has no error state to flush in).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CreateSrqResp {
+    /// The receive ring.
+    pub ring: MmapInfo,
+    /// log2 of its slot count.
+    pub log2_slots: u32,
+    /// Bytes per slot (a [`crate::RecvWqe`] and its SGEs).
+    pub slot_size: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<CreateSrqResp>() == 24);
 
 /// Response to `create_ah` (user address handles).
 #[repr(C)]

@@ -94,7 +94,8 @@ pub struct verbs_context_ops {
     pub create_qp_ex:
         Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp>,
     pub create_rwq_ind_table: UnusedOp,
-    pub create_srq: UnusedOp,
+    pub create_srq:
+        Option<unsafe extern "C" fn(*mut ibv_pd, *mut ibv_srq_init_attr) -> *mut ibv_srq>,
     pub create_srq_ex: UnusedOp,
     pub create_wq: UnusedOp,
     pub dealloc_mw: Option<unsafe extern "C" fn(*mut ibv_mw) -> c_int>,
@@ -108,7 +109,7 @@ pub struct verbs_context_ops {
     pub destroy_flow_action: UnusedOp,
     pub destroy_qp: Option<unsafe extern "C" fn(*mut ibv_qp) -> c_int>,
     pub destroy_rwq_ind_table: UnusedOp,
-    pub destroy_srq: UnusedOp,
+    pub destroy_srq: Option<unsafe extern "C" fn(*mut ibv_srq) -> c_int>,
     pub destroy_wq: UnusedOp,
     pub detach_mcast: Option<unsafe extern "C" fn(*mut ibv_qp, *const ibv_gid, u16) -> c_int>,
     pub free_context: Option<unsafe extern "C" fn(*mut ibv_context)>,
@@ -121,7 +122,7 @@ pub struct verbs_context_ops {
     pub modify_flow_action_esp: UnusedOp,
     pub modify_qp: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int>,
     pub modify_qp_rate_limit: UnusedOp,
-    pub modify_srq: UnusedOp,
+    pub modify_srq: Option<unsafe extern "C" fn(*mut ibv_srq, *mut ibv_srq_attr, c_int) -> c_int>,
     pub modify_wq: UnusedOp,
     pub open_qp: UnusedOp,
     pub open_xrcd: UnusedOp,
@@ -131,7 +132,9 @@ pub struct verbs_context_ops {
     pub post_send:
         Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int>,
     pub post_srq_ops: UnusedOp,
-    pub post_srq_recv: UnusedOp,
+    pub post_srq_recv: Option<
+        unsafe extern "C" fn(*mut ibv_srq, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int,
+    >,
     pub query_device_ex: Option<
         unsafe extern "C" fn(
             *mut ibv_context,
@@ -148,7 +151,7 @@ pub struct verbs_context_ops {
     pub query_qp_data_in_order: UnusedOp,
     pub query_rt_values:
         Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_values_ex) -> c_int>,
-    pub query_srq: UnusedOp,
+    pub query_srq: Option<unsafe extern "C" fn(*mut ibv_srq, *mut ibv_srq_attr) -> c_int>,
     pub read_counters: UnusedOp,
     pub reg_dm_mr: UnusedOp,
     pub reg_dmabuf_mr: UnusedOp,
@@ -235,6 +238,30 @@ pub struct ibv_modify_qp {
 pub struct ibv_query_qp {
     pub hdr: ib_uverbs_cmd_hdr,
     pub core: ib_uverbs_query_qp,
+}
+
+/// `struct ibv_create_srq` (kern-abi.h).
+#[repr(C)]
+#[derive(Default)]
+pub struct ibv_create_srq {
+    pub hdr: ib_uverbs_cmd_hdr,
+    pub core: ib_uverbs_create_srq,
+}
+
+/// `struct ibv_modify_srq` (kern-abi.h).
+#[repr(C)]
+#[derive(Default)]
+pub struct ibv_modify_srq {
+    pub hdr: ib_uverbs_cmd_hdr,
+    pub core: ib_uverbs_modify_srq,
+}
+
+/// `struct ibv_query_srq` (kern-abi.h).
+#[repr(C)]
+#[derive(Default)]
+pub struct ibv_query_srq {
+    pub hdr: ib_uverbs_cmd_hdr,
+    pub core: ib_uverbs_query_srq,
 }
 
 /// `struct verbs_qp` (driver.h): the public QP (plain or extended), then private fields.
@@ -423,6 +450,29 @@ extern "C" {
     ) -> c_int;
     pub fn ibv_cmd_destroy_qp(qp: *mut ibv_qp) -> c_int;
     pub fn ibv_cmd_req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int;
+    pub fn ibv_cmd_create_srq(
+        pd: *mut ibv_pd,
+        srq: *mut ibv_srq,
+        attr: *mut ibv_srq_init_attr,
+        cmd: *mut ibv_create_srq,
+        cmd_size: usize,
+        resp: *mut ib_uverbs_create_srq_resp,
+        resp_size: usize,
+    ) -> c_int;
+    pub fn ibv_cmd_modify_srq(
+        srq: *mut ibv_srq,
+        attr: *mut ibv_srq_attr,
+        attr_mask: c_int,
+        cmd: *mut ibv_modify_srq,
+        cmd_size: usize,
+    ) -> c_int;
+    pub fn ibv_cmd_query_srq(
+        srq: *mut ibv_srq,
+        attr: *mut ibv_srq_attr,
+        cmd: *mut ibv_query_srq,
+        cmd_size: usize,
+    ) -> c_int;
+    pub fn ibv_cmd_destroy_srq(srq: *mut ibv_srq) -> c_int;
     pub fn ibv_cmd_query_port(
         context: *mut ibv_context,
         port_num: u8,
@@ -462,6 +512,10 @@ const _: () = {
     assert!(offset_of!(verbs_context_ops, dealloc_mw) == 25 * 8);
     assert!(size_of::<ibv_create_qp>() == 64);
     assert!(size_of::<ibv_modify_qp>() == 120);
+    assert!(size_of::<ibv_create_srq>() == 40);
+    assert!(size_of::<ibv_modify_srq>() == 24);
+    assert!(size_of::<ibv_query_srq>() == 24);
+    assert!(size_of::<ib_uverbs_create_srq_resp>() == 16);
     assert!(size_of::<ibv_query_qp>() == 24);
     assert!(size_of::<verbs_qp>() == 368);
     assert!(offset_of!(verbs_qp, comp_mask) == 352);
@@ -523,6 +577,11 @@ mod tests {
         assert_eq!(offset_of!(verbs_context_ops, req_notify_cq), 69 * 8);
         assert_eq!(offset_of!(verbs_context_ops, resize_cq), 71 * 8);
         assert_eq!(offset_of!(verbs_context_ops, unimport_pd), 600);
+        assert_eq!(offset_of!(verbs_context_ops, create_srq), 22 * 8);
+        assert_eq!(offset_of!(verbs_context_ops, destroy_srq), 36 * 8);
+        assert_eq!(offset_of!(verbs_context_ops, modify_srq), 49 * 8);
+        assert_eq!(offset_of!(verbs_context_ops, post_srq_recv), 57 * 8);
+        assert_eq!(offset_of!(verbs_context_ops, query_srq), 64 * 8);
     }
 
     #[test]

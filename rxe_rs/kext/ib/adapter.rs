@@ -43,6 +43,12 @@ impl<T: Driver> Adapter<T> {
             post_send: Some(Self::post_send),
             post_recv: Some(Self::post_recv),
             size_ib_qp: core::mem::size_of::<Qp<T>>(),
+            create_srq: Some(Self::create_srq),
+            modify_srq: Some(Self::modify_srq),
+            query_srq: Some(Self::query_srq),
+            destroy_srq: Some(Self::destroy_srq),
+            post_srq_recv: Some(Self::post_srq_recv),
+            size_ib_srq: core::mem::size_of::<Srq<T>>(),
             reg_user_mr: Some(Self::reg_user_mr),
             get_dma_mr: Some(Self::get_dma_mr),
             alloc_mr: Some(Self::alloc_mr),
@@ -391,14 +397,15 @@ impl<T: Driver> Adapter<T> {
                 let dev = Self::dev((*qp).device);
                 let pd = Pd::<T>::from_raw((*qp).pd);
                 let udata = Udata::from_raw(udata);
-                // SAFETY (the links): both CQs are of this device, so their data is a
-                // `T::Cq` (what `QpLinks<T>` types them with); the core checked them and holds
-                // them while the QP lives, and the driver's `destroy_qp` stops its datapath,
-                // timer and work for the QP before it returns.
+                // SAFETY (the links): both CQs, and the SRQ if any, are of this device, so
+                // their data is a `T::Cq` and a `T::Srq` (what `QpLinks<T>` types them with);
+                // the core checked them and holds them while the QP lives, and the driver's
+                // `destroy_qp` stops its datapath, timer and work for the QP before it returns.
                 let links = QpLinks {
                     send: CqRef::new((*init).send_cq)?,
                     recv: CqRef::new((*init).recv_cq)?,
                     qp: QpRef::new(qp)?,
+                    srq: SrqRef::new((*init).srq),
                 };
                 let (init_data, qpn) = T::create_qp(dev, pd, &mut *init, links, &udata)?;
                 CoreObject::init(qp, init_data)?;
@@ -406,6 +413,123 @@ impl<T: Driver> Adapter<T> {
             }
             Ok(0)
         })
+    }
+
+    /// `ib_device_ops.create_srq`.
+    ///
+    /// # Safety
+    ///
+    /// The RDMA core calls it as `ib_device_ops.create_srq` says: only for devices made by
+    /// [`NewDevice`] (so `T` sits behind every object it passes), with live objects and valid
+    /// pointers.
+    unsafe extern "C" fn create_srq(
+        srq: *mut bindings::ib_srq,
+        init: *mut bindings::ib_srq_init_attr,
+        udata: *mut bindings::ib_udata,
+    ) -> kernel::ffi::c_int {
+        from_result(|| {
+            // SAFETY: a fresh SRQ allocation of `size_ib_srq` whose `device` and `pd` the core
+            // set; a valid init attr; the verb's udata (NULL for kernel callers).
+            unsafe {
+                // XRC and tag-matching SRQs need XRC domains and tag matching: not offered.
+                if (*init).srq_type != bindings::ib_srq_type_IB_SRQT_BASIC {
+                    return Err(crate::kext::errno::eopnotsupp());
+                }
+                let dev = Self::dev((*srq).device);
+                let pd = Pd::<T>::from_raw((*srq).pd);
+                let udata = Udata::from_raw(udata);
+                let init_data = T::create_srq(dev, pd, &mut (*init).attr, &udata)?;
+                CoreObject::init(srq, init_data)?;
+            }
+            Ok(0)
+        })
+    }
+
+    /// `ib_device_ops.modify_srq`.
+    ///
+    /// # Safety
+    ///
+    /// As for `create_srq`.
+    unsafe extern "C" fn modify_srq(
+        srq: *mut bindings::ib_srq,
+        attr: *mut bindings::ib_srq_attr,
+        mask: bindings::ib_srq_attr_mask,
+        _udata: *mut bindings::ib_udata,
+    ) -> kernel::ffi::c_int {
+        from_result(|| {
+            // SAFETY: a live SRQ of ours and valid attributes.
+            unsafe { T::modify_srq(Srq::<T>::from_raw(srq), &*attr, SrqAttrMask::from_raw(mask))? };
+            Ok(0)
+        })
+    }
+
+    /// `ib_device_ops.query_srq`.
+    ///
+    /// # Safety
+    ///
+    /// As for `create_srq`.
+    unsafe extern "C" fn query_srq(
+        srq: *mut bindings::ib_srq,
+        attr: *mut bindings::ib_srq_attr,
+    ) -> kernel::ffi::c_int {
+        from_result(|| {
+            // SAFETY: a live SRQ of ours and a valid out-struct.
+            unsafe { T::query_srq(Srq::<T>::from_raw(srq), &mut *attr)? };
+            Ok(0)
+        })
+    }
+
+    /// `ib_device_ops.destroy_srq`.
+    ///
+    /// # Safety
+    ///
+    /// As for `create_srq`.
+    unsafe extern "C" fn destroy_srq(
+        srq: *mut bindings::ib_srq,
+        _udata: *mut bindings::ib_udata,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: the core destroys an SRQ we initialised once no QP uses it (its `usecnt`):
+        // the QPs that did are destroyed, and `destroy_qp` waited out their datapath.
+        unsafe {
+            T::destroy_srq(Self::dev((*srq).device), Srq::<T>::from_raw(srq));
+            Srq::<T>::drop_in_place(srq);
+        }
+        0
+    }
+
+    /// `ib_device_ops.post_srq_recv`: a kernel consumer posts receives to its SRQ.
+    ///
+    /// # Safety
+    ///
+    /// As for `create_srq`; `wr` is a valid list and `bad_wr` a valid out-pointer.
+    unsafe extern "C" fn post_srq_recv(
+        srq: *mut bindings::ib_srq,
+        wr: *const bindings::ib_recv_wr,
+        bad_wr: *mut *const bindings::ib_recv_wr,
+    ) -> kernel::ffi::c_int {
+        // SAFETY: a live SRQ of ours.
+        if unsafe { !(*srq).uobject.is_null() } {
+            // A process's SRQ is posted to through its mapped ring; uverbs' POST_SRQ_RECV
+            // hands over WRs naming user memory: refused, as for `post_recv`.
+            // SAFETY: a valid out-pointer.
+            unsafe { *bad_wr = wr };
+            return crate::kext::errno::eopnotsupp().to_errno();
+        }
+        // SAFETY: a live SRQ of ours and a kernel consumer's list of valid WRs.
+        unsafe {
+            let q = Srq::<T>::from_raw(srq);
+            let mut at = wr;
+            while !at.is_null() {
+                if let Err(e) =
+                    super::wr::decode_recv(at).and_then(|w| T::post_srq_recv_kernel(q, &w))
+                {
+                    *bad_wr = at;
+                    return e.to_errno();
+                }
+                at = (*at).next;
+            }
+        }
+        0
     }
 
     /// `ib_device_ops.modify_qp`.

@@ -22,7 +22,7 @@ pub(crate) use objects::*;
 pub(crate) use qp_attr::*;
 pub(crate) use types::{
     Access, AtomicCap, CorePortCaps, CqFlags, DeviceCaps, KernelCaps, MwType, PortCaps,
-    PortPhysState, PortState, QpAttrMask, QpEvent, QpState, QpType, MGMT_MAD_SIZE,
+    PortPhysState, PortState, QpAttrMask, QpEvent, QpState, QpType, SrqAttrMask, MGMT_MAD_SIZE,
 };
 pub(crate) use wr::{
     KernelCqe, KernelDest, KernelRecvWr, KernelSendWr, KernelWcArray, NetworkType,
@@ -82,6 +82,12 @@ pub(crate) type QpInitAttr = bindings::ib_qp_init_attr;
 pub(crate) type QpCap = bindings::ib_qp_cap;
 /// QP attributes of modify/query: plain data, except the GRH's `sgid_attr` (see [`read_roce_av`]).
 pub(crate) type QpAttr = bindings::ib_qp_attr;
+/// A shared receive queue of driver `T`.
+pub(crate) type Srq<T> = SrqOf<<T as Driver>::Srq>;
+/// A shared receive queue whose driver data is an `S` (for code below the driver's device type).
+pub(crate) type SrqOf<S> = CoreObject<bindings::ib_srq, S>;
+/// SRQ sizes and limit (`struct ib_srq_attr`): plain data.
+pub(crate) type SrqAttr = bindings::ib_srq_attr;
 
 /// The driver side of an `ib_device`.
 #[vtable]
@@ -168,6 +174,27 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
     fn kick_kernel(dev: &Device<Self>, qp: &Qp<Self>, send: bool);
     /// Polls a kernel consumer's CQ into `out`; returns how many completions it filled.
     fn poll_cq(cq: &Cq<Self>, out: &mut KernelWcArray) -> usize;
+
+    /// What a shared receive queue holds.
+    type Srq: Send + Sync;
+    /// Creates a basic SRQ in `pd` of at least `attr.max_wr` WQEs of `attr.max_sge` SGEs;
+    /// writes the real sizes back into `attr`; `udata` carries the driver response for user
+    /// SRQs. Process context.
+    fn create_srq(
+        dev: &Device<Self>,
+        pd: &Pd<Self>,
+        attr: &mut SrqAttr,
+        udata: &Udata<'_>,
+    ) -> Result<impl PinInit<Self::Srq, Error>>;
+    /// Applies the attributes of `mask` (arms the limit, or resizes).
+    fn modify_srq(srq: &Srq<Self>, attr: &SrqAttr, mask: SrqAttrMask) -> Result;
+    /// Reports the SRQ's sizes and armed limit.
+    fn query_srq(srq: &Srq<Self>, attr: &mut SrqAttr) -> Result;
+    /// Destroys an SRQ no QP uses any more (dropped right after).
+    fn destroy_srq(dev: &Device<Self>, srq: &Srq<Self>);
+    /// Posts one receive WR of a kernel consumer into the SRQ (same context rules as
+    /// [`Driver::post_recv_kernel`]).
+    fn post_srq_recv_kernel(srq: &Srq<Self>, wr: &KernelRecvWr<'_>) -> Result;
 
     /// What a memory region holds.
     type Mr: Send + Sync;

@@ -39,6 +39,61 @@ impl<C> CqRef<C> {
     }
 }
 
+/// A reference from a QP to the shared receive queue it takes receive WQEs from, whose driver
+/// data is an `S`.
+///
+/// # Invariants
+///
+/// Points to a live `SrqOf<S>`: the core keeps an SRQ alive while a QP uses it (its `usecnt`:
+/// `destroy_srq` fails with EBUSY until the last such QP is destroyed), and the QP's users stop
+/// before the QP goes, as for [`CqRef`].
+pub(crate) struct SrqRef<S>(NonNull<bindings::ib_srq>, PhantomData<S>);
+
+// SAFETY: an SRQ may be used from any context (its state has its own locks).
+unsafe impl<S: Send + Sync> Send for SrqRef<S> {}
+// SAFETY: as above.
+unsafe impl<S: Send + Sync> Sync for SrqRef<S> {}
+
+impl<S> SrqRef<S> {
+    /// A reference to the SRQ at `srq`, or none for NULL.
+    ///
+    /// # Safety
+    ///
+    /// `srq` is NULL or a live SRQ of a driver whose SRQ data is an `S`, and the caller keeps
+    /// the reference within the SRQ's life as the type invariant says.
+    pub(super) unsafe fn new(srq: *mut bindings::ib_srq) -> Option<Self> {
+        // INVARIANT: the caller's promise.
+        NonNull::new(srq).map(|srq| Self(srq, PhantomData))
+    }
+
+    /// The SRQ.
+    pub(crate) fn get(&self) -> &SrqOf<S> {
+        // SAFETY: live for as long as this reference (type invariant).
+        unsafe { SrqOf::<S>::from_raw(self.0.as_ptr()) }
+    }
+}
+
+impl<T> CoreObject<bindings::ib_srq, T> {
+    /// Tells the SRQ's owner that fewer WQEs than the armed limit are left
+    /// (`IB_EVENT_SRQ_LIMIT_REACHED`).
+    pub(crate) fn raise_limit_reached(&self) {
+        let srq = self.raw();
+        // SAFETY: a live SRQ with a valid device; the core set `event_handler` (possibly NULL)
+        // and `srq_context` before the SRQ was used.
+        unsafe {
+            if let Some(handler) = (*srq).event_handler {
+                let mut event = bindings::ib_event {
+                    device: (*srq).device,
+                    event: bindings::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED,
+                    ..Default::default()
+                };
+                event.element.srq = srq;
+                handler(&mut event, (*srq).srq_context);
+            }
+        }
+    }
+}
+
 /// The core's side of one of our QPs, for reporting asynchronous events to its owner.
 ///
 /// # Invariants
@@ -98,6 +153,8 @@ pub(crate) struct QpLinks<T: Driver> {
     pub(crate) recv: CqRef<T::Cq>,
     /// The QP itself, for its asynchronous events.
     pub(crate) qp: QpRef,
+    /// The SRQ it receives from, if it has one instead of its own receive queue.
+    pub(crate) srq: Option<SrqRef<T::Srq>>,
 }
 
 /// The name of one hardware counter (`rdma statistic show`), for a `static` table.

@@ -147,6 +147,9 @@ pub(crate) enum QpEvent {
     SqDrained,
     /// A catastrophic work queue error (`IB_EVENT_QP_FATAL`): here, a corrupt ring.
     Fatal,
+    /// A QP attached to an SRQ entered the error state and takes no more of its WQEs
+    /// (`IB_EVENT_QP_LAST_WQE_REACHED`).
+    LastWqeReached,
 }
 
 impl QpEvent {
@@ -155,7 +158,25 @@ impl QpEvent {
         match self {
             Self::SqDrained => bindings::ib_event_type_IB_EVENT_SQ_DRAINED,
             Self::Fatal => bindings::ib_event_type_IB_EVENT_QP_FATAL,
+            Self::LastWqeReached => bindings::ib_event_type_IB_EVENT_QP_LAST_WQE_REACHED,
         }
+    }
+}
+
+flag_set! {
+    /// `enum ib_srq_attr_mask`: the attributes a `modify_srq` sets.
+    SrqAttrMask(u32) {
+        /// The size (a resize).
+        MAX_WR = bindings::ib_srq_attr_mask_IB_SRQ_MAX_WR,
+        /// The limit: arms `IB_EVENT_SRQ_LIMIT_REACHED`.
+        LIMIT = bindings::ib_srq_attr_mask_IB_SRQ_LIMIT,
+    }
+}
+
+impl SrqAttrMask {
+    /// The mask the core passed.
+    pub(crate) fn from_raw(raw: bindings::ib_srq_attr_mask) -> Self {
+        Self(raw)
     }
 }
 

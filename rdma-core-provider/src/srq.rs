@@ -1,0 +1,171 @@
+//! Shared receive queues: created, armed and queried through the kernel; their ring is mapped
+//! here, and `ibv_post_srq_recv` writes into it as `ibv_post_recv` writes into a QP's RQ (no
+//! syscall: an SRQ has no error state whose WQEs the kernel must be told to flush).
+
+use crate::{
+    ffi::{private::*, verbs::*},
+    post::recv::fill_ring,
+    ring::MappedRing,
+};
+use core::ffi::c_int;
+use rxe_rs_uapi::{CreateSrqResp, RingGeometry};
+use std::{
+    mem::{offset_of, size_of_val, MaybeUninit},
+    sync::Mutex,
+};
+
+/// Our SRQ: libibverbs' `ibv_srq` first.
+#[repr(C)]
+pub struct Srq {
+    pub ibv: ibv_srq,
+    /// The receive ring (we produce).
+    ring: Option<MappedRing>,
+    /// Serialises producers.
+    lock: Mutex<()>,
+    /// SGEs a WR may carry (what the kernel granted).
+    max_sge: u32,
+}
+
+const _: () = assert!(offset_of!(Srq, ibv) == 0);
+
+#[repr(C)]
+#[derive(Default)]
+struct CreateSrqRespFull {
+    core: ib_uverbs_create_srq_resp,
+    drv: CreateSrqResp,
+}
+
+fn srq_of<'a>(ibsrq: *mut ibv_srq) -> &'a Srq {
+    // SAFETY: every `ibv_srq` we hand out starts an `Srq` (asserted above).
+    unsafe { &*ibsrq.cast::<Srq>() }
+}
+
+/// `ibv_create_srq`.
+///
+/// # Safety
+///
+/// libibverbs passes a PD of ours and valid attributes.
+pub unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq {
+    let srq = Box::into_raw(Box::new(Srq {
+        // SAFETY: plain C data, filled by libibverbs.
+        ibv: unsafe { MaybeUninit::zeroed().assume_init() },
+        ring: None,
+        lock: Mutex::new(()),
+        max_sge: 0,
+    }));
+    let ibsrq = srq.cast::<ibv_srq>();
+    let mut cmd = ibv_create_srq::default();
+    let mut resp = CreateSrqRespFull::default();
+    // SAFETY: valid PD, SRQ, attributes and buffers of the sizes passed.
+    let ret = unsafe {
+        ibv_cmd_create_srq(
+            pd,
+            ibsrq,
+            attr,
+            &mut cmd,
+            size_of_val(&cmd),
+            &mut resp.core,
+            size_of_val(&resp),
+        )
+    };
+    if ret != 0 {
+        // SAFETY: never published.
+        drop(unsafe { Box::from_raw(srq) });
+        crate::set_errno(ret);
+        return core::ptr::null_mut();
+    }
+    let d = &resp.drv;
+    let geometry = RingGeometry {
+        log2_slots: d.log2_slots,
+        slot_size: d.slot_size,
+    };
+    // SAFETY: `pd` and its context are valid.
+    let fd = unsafe { (*(*pd).context).cmd_fd };
+    match MappedRing::map(fd, &d.ring, geometry) {
+        Ok(ring) => {
+            // SAFETY: `srq` is ours until returned; libibverbs wrote the granted sizes back
+            // into `attr`.
+            unsafe {
+                (*srq).ring = Some(ring);
+                (*srq).max_sge = (*attr).attr.max_sge;
+            }
+            ibsrq
+        }
+        Err(e) => {
+            // SAFETY: created above: destroy the kernel SRQ, free ours.
+            unsafe {
+                ibv_cmd_destroy_srq(ibsrq);
+                drop(Box::from_raw(srq));
+            }
+            crate::set_errno(e.raw_os_error().unwrap_or(libc::ENOMEM));
+            core::ptr::null_mut()
+        }
+    }
+}
+
+/// `ibv_modify_srq`: arms the limit (a resize is refused by the kernel).
+///
+/// # Safety
+///
+/// `srq` is ours; `attr` valid.
+pub unsafe extern "C" fn modify_srq(
+    srq: *mut ibv_srq,
+    attr: *mut ibv_srq_attr,
+    mask: c_int,
+) -> c_int {
+    let mut cmd = ibv_modify_srq::default();
+    // SAFETY: as documented; `cmd` is a local of the size passed.
+    unsafe { ibv_cmd_modify_srq(srq, attr, mask, &mut cmd, size_of_val(&cmd)) }
+}
+
+/// `ibv_query_srq`.
+///
+/// # Safety
+///
+/// `srq` is ours; `attr` valid.
+pub unsafe extern "C" fn query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
+    let mut cmd = ibv_query_srq::default();
+    // SAFETY: as documented; `cmd` is a local of the size passed.
+    unsafe { ibv_cmd_query_srq(srq, attr, &mut cmd, size_of_val(&cmd)) }
+}
+
+/// `ibv_destroy_srq` (the kernel refuses while a QP uses it: EBUSY).
+///
+/// # Safety
+///
+/// `srq` comes from [`create_srq`].
+pub unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> c_int {
+    // SAFETY: an SRQ of ours.
+    let ret = unsafe { ibv_cmd_destroy_srq(srq) };
+    if ret == 0 {
+        // SAFETY: the kernel SRQ is gone; unmaps the ring.
+        drop(unsafe { Box::from_raw(srq.cast::<Srq>()) });
+    }
+    ret
+}
+
+/// `ibv_post_srq_recv`: writes receive WQEs into the mapped ring and publishes them.
+///
+/// # Safety
+///
+/// `ibsrq` is ours; `wr` is a valid list; `bad` a valid out-pointer.
+pub unsafe extern "C" fn post_srq_recv(
+    ibsrq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    let srq = srq_of(ibsrq);
+    let Some(ring) = &srq.ring else {
+        // SAFETY: valid out-pointer.
+        unsafe { *bad = wr };
+        return libc::EINVAL;
+    };
+    let _guard = srq.lock.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: the caller's list; we produce into the ring under its lock.
+    let (ret, failed) = unsafe { fill_ring(ring, wr, srq.max_sge) };
+    if ret != 0 {
+        // SAFETY: valid out-pointer.
+        unsafe { *bad = failed };
+    }
+    ret
+}
