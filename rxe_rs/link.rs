@@ -4,14 +4,14 @@
 use crate::{
     device::RxeDevice,
     kext::{
-        errno::eopnotsupp,
         ib::{self, Device, DeviceConfig, NewDevice},
         link::{LinkDriver, LinkLockGuard},
         netdev::NetDevice,
+        netns::NetNs,
         possible_cpus,
         udp_tunnel::EncapReceiver,
     },
-    net::recv::Receiver,
+    net::{self, recv::Receiver},
 };
 use kernel::{c_str, prelude::*, str::CStr};
 
@@ -29,13 +29,13 @@ impl LinkDriver for RxeLink {
             );
             return Err(EPERM);
         }
-        if !ndev.in_init_net() {
-            // Our UDP sockets and routes live in init_net only.
-            pr_err!("{}: network namespaces are not supported\n", ndev.name());
-            return Err(eopnotsupp());
-        }
-
-        let _serialised = LinkLockGuard::lock();
+        let serialised = LinkLockGuard::lock();
+        // The namespace of the netdev is the asking process's (the core looked the name up
+        // there), held by its netlink socket while this runs. Its receive sockets are bound with
+        // its first device.
+        // SAFETY: as just said, the namespace lives until `newlink` returns.
+        let net = unsafe { NetNs::of(ndev) };
+        net::recv::bind_sockets(&serialised, net)?;
         if Device::<RxeDevice>::get_by_netdev(ndev).is_some() {
             pr_err!("{}: already has an rxe_rs device\n", ndev.name());
             return Err(EEXIST);

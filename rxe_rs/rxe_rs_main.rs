@@ -50,7 +50,8 @@ struct RxeRsModule {
     /// `Some` until drop takes it first, so no new device appears while the rest goes.
     link: Option<Pin<KBox<kext::link::LinkRegistration<link::RxeLink>>>>,
     _notifier: Pin<KBox<kext::netdev::NotifierRegistration<netdev_events::PortTracker>>>,
-    _sockets: net::recv::Sockets,
+    /// The receive sockets of every network namespace (after the devices: they use them).
+    _sockets: Pin<KBox<net::recv::SocketsRegistration>>,
     /// Last: the devices' QPs queue work on them until the devices are gone.
     _queues: kext::work::DatapathQueues,
 }
@@ -58,7 +59,12 @@ struct RxeRsModule {
 impl kernel::Module for RxeRsModule {
     fn init(_module: &'static ThisModule) -> Result<Self> {
         let queues = kext::work::DatapathQueues::new()?;
-        let sockets = net::recv::Sockets::bind()?;
+        let sockets = KBox::pin_init(net::recv::SocketsRegistration::register(), GFP_KERNEL)?;
+        // The initial namespace's now, so that a port taken (by rdma_rxe) fails the load.
+        net::recv::bind_sockets(
+            &kext::link::LinkLockGuard::lock(),
+            kext::netns::NetNs::init(),
+        )?;
         let notifier = KBox::pin_init(kext::netdev::NotifierRegistration::register(), GFP_KERNEL)?;
         let link = KBox::pin_init(kext::link::LinkRegistration::register(), GFP_KERNEL)?;
         pr_info!("loaded\n");

@@ -6,6 +6,8 @@
 #include <crypto/hash.h>
 #include <linux/vmalloc.h>
 #include <net/udp_tunnel.h>
+#include <net/net_namespace.h>
+#include <net/netns/generic.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/ib_umem.h>
 #include <rdma/ib_cache.h>

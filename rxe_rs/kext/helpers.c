@@ -7,6 +7,7 @@
 #include <linux/highmem.h>
 #include <linux/scatterlist.h>
 #include <net/net_namespace.h>
+#include <net/netns/generic.h>
 #include "helpers.h"
 
 void rxe_rs_helper_dev_hold(struct net_device *ndev)
@@ -40,9 +41,19 @@ struct net_device *rxe_rs_helper_vlan_real_dev(const struct net_device *ndev)
 	return vlan_dev_real_dev(ndev);
 }
 
-bool rxe_rs_helper_net_eq_init(const struct net_device *ndev)
+struct net *rxe_rs_helper_dev_net(const struct net_device *ndev)
 {
-	return net_eq(dev_net(ndev), &init_net);
+	return dev_net(ndev);
+}
+
+struct net *rxe_rs_helper_init_net(void)
+{
+	return &init_net;
+}
+
+void *rxe_rs_helper_net_generic(const struct net *net, unsigned int id)
+{
+	return net_generic(net, id);
 }
 
 struct net_device *rxe_rs_helper_notifier_info_to_dev(void *info)
@@ -50,7 +61,7 @@ struct net_device *rxe_rs_helper_notifier_info_to_dev(void *info)
 	return netdev_notifier_info_to_dev(info);
 }
 
-int rxe_rs_helper_udp_sock_create(bool ipv6, __be16 port, struct socket **sockp)
+int rxe_rs_helper_udp_sock_create(struct net *net, bool ipv6, __be16 port, struct socket **sockp)
 {
 	struct udp_port_cfg cfg = {
 		.family = ipv6 ? AF_INET6 : AF_INET,
@@ -58,10 +69,10 @@ int rxe_rs_helper_udp_sock_create(bool ipv6, __be16 port, struct socket **sockp)
 		.ipv6_v6only = ipv6,
 	};
 
-	return udp_sock_create(&init_net, &cfg, sockp);
+	return udp_sock_create(net, &cfg, sockp);
 }
 
-void rxe_rs_helper_setup_udp_tunnel(struct socket *sock,
+void rxe_rs_helper_setup_udp_tunnel(struct net *net, struct socket *sock,
 				    int (*encap_rcv)(struct sock *sk, struct sk_buff *skb))
 {
 	struct udp_tunnel_sock_cfg cfg = {
@@ -69,7 +80,7 @@ void rxe_rs_helper_setup_udp_tunnel(struct socket *sock,
 		.encap_rcv = encap_rcv,
 	};
 
-	setup_udp_tunnel_sock(&init_net, sock, &cfg);
+	setup_udp_tunnel_sock(net, sock, &cfg);
 }
 
 void rxe_rs_helper_kfree_skb(struct sk_buff *skb)
@@ -275,17 +286,18 @@ struct dst_entry *rxe_rs_helper_route_v6(struct net_device *ndev, const u8 *sadd
 #endif
 }
 
-/* The device holding local address `addr` in init_net (traffic between QPs of this host comes
- * back through the loopback device), with a reference taken; NULL if no device has it. */
-struct net_device *rxe_rs_helper_dev_by_local_addr_v4(const u8 *addr)
+/* The device holding local address `addr` in the namespace of `in` (traffic between QPs of
+ * this host comes back through the loopback device), with a reference taken; NULL if no device
+ * has it. */
+struct net_device *rxe_rs_helper_dev_by_local_addr_v4(const struct net_device *in, const u8 *addr)
 {
 	__be32 a;
 
 	memcpy(&a, addr, 4);
-	return ip_dev_find(&init_net, a);
+	return ip_dev_find(dev_net(in), a);
 }
 
-struct net_device *rxe_rs_helper_dev_by_local_addr_v6(const u8 *addr)
+struct net_device *rxe_rs_helper_dev_by_local_addr_v6(const struct net_device *in, const u8 *addr)
 {
 #if IS_ENABLED(CONFIG_IPV6)
 	struct net_device *ndev;
@@ -293,7 +305,7 @@ struct net_device *rxe_rs_helper_dev_by_local_addr_v6(const u8 *addr)
 
 	memcpy(&a, addr, 16);
 	rcu_read_lock();
-	ndev = ipv6_stub->ipv6_dev_find(&init_net, &a, NULL);
+	ndev = ipv6_stub->ipv6_dev_find(dev_net(in), &a, NULL);
 	if (ndev)
 		dev_hold(ndev);
 	rcu_read_unlock();

@@ -29,11 +29,13 @@ bool rxe_rs_helper_netif_running(const struct net_device *ndev);
 bool rxe_rs_helper_netif_carrier_ok(const struct net_device *ndev);
 bool rxe_rs_helper_is_vlan_dev(const struct net_device *ndev);
 struct net_device *rxe_rs_helper_vlan_real_dev(const struct net_device *ndev);
-bool rxe_rs_helper_net_eq_init(const struct net_device *ndev);
+struct net *rxe_rs_helper_dev_net(const struct net_device *ndev);
+struct net *rxe_rs_helper_init_net(void);
+void *rxe_rs_helper_net_generic(const struct net *net, unsigned int id);
 struct net_device *rxe_rs_helper_notifier_info_to_dev(void *info);
 
-int rxe_rs_helper_udp_sock_create(bool ipv6, __be16 port, struct socket **sockp);
-void rxe_rs_helper_setup_udp_tunnel(struct socket *sock,
+int rxe_rs_helper_udp_sock_create(struct net *net, bool ipv6, __be16 port, struct socket **sockp);
+void rxe_rs_helper_setup_udp_tunnel(struct net *net, struct socket *sock,
 				    int (*encap_rcv)(struct sock *sk, struct sk_buff *skb));
 void rxe_rs_helper_kfree_skb(struct sk_buff *skb);
 int rxe_rs_helper_skb_linearize(struct sk_buff *skb);
@@ -44,8 +46,8 @@ struct sk_buff *rxe_rs_helper_alloc_tx_skb(struct net_device *ndev, unsigned int
 unsigned char *rxe_rs_helper_skb_data(const struct sk_buff *skb);
 struct dst_entry *rxe_rs_helper_route_v4(struct net_device *ndev, const u8 *saddr, const u8 *daddr);
 struct dst_entry *rxe_rs_helper_route_v6(struct net_device *ndev, const u8 *saddr, const u8 *daddr);
-struct net_device *rxe_rs_helper_dev_by_local_addr_v4(const u8 *addr);
-struct net_device *rxe_rs_helper_dev_by_local_addr_v6(const u8 *addr);
+struct net_device *rxe_rs_helper_dev_by_local_addr_v4(const struct net_device *in, const u8 *addr);
+struct net_device *rxe_rs_helper_dev_by_local_addr_v6(const struct net_device *in, const u8 *addr);
 void rxe_rs_helper_dst_hold(struct dst_entry *dst);
 int rxe_rs_helper_ip_local_out(struct sk_buff *skb, struct dst_entry *dst, bool ipv6);
 bool rxe_rs_helper_dst_is_local(struct dst_entry *dst, bool ipv6);

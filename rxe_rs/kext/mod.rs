@@ -18,6 +18,7 @@ pub(crate) mod local_delivery;
 pub(crate) mod lock;
 pub(crate) mod mmap;
 pub(crate) mod netdev;
+pub(crate) mod netns;
 pub(crate) mod object;
 pub(crate) mod rcu;
 pub(crate) mod skb;

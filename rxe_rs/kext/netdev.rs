@@ -98,15 +98,17 @@ impl NetDevice {
         flags & bindings::net_device_flags_IFF_LOOPBACK != 0
     }
 
-    /// The device of the initial namespace that has `addr` (an IPv4 or IPv6 address, 4 or 16
-    /// bytes) as one of its own addresses.
-    pub(crate) fn with_local_address(addr: &[u8]) -> Option<ARef<NetDevice>> {
-        // SAFETY: `addr` holds the 4 or 16 bytes the helper reads; it returns a device with a
-        // reference taken for us, or NULL.
+    /// The device of this device's network namespace that has `addr` (an IPv4 or IPv6
+    /// address, 4 or 16 bytes) as one of its own addresses.
+    pub(crate) fn local_address_owner(&self, addr: &[u8]) -> Option<ARef<NetDevice>> {
+        // SAFETY: a valid device, whose namespace lives while the device is referenced (its
+        // unregistration, which a dying namespace does first, waits for every reference to
+        // go); `addr` holds the 4 or 16 bytes the helper
+        // reads; it returns a device with a reference taken for us, or NULL.
         let dev = unsafe {
             match addr.len() {
-                4 => bindings::rxe_rs_helper_dev_by_local_addr_v4(addr.as_ptr()),
-                16 => bindings::rxe_rs_helper_dev_by_local_addr_v6(addr.as_ptr()),
+                4 => bindings::rxe_rs_helper_dev_by_local_addr_v4(self.as_raw(), addr.as_ptr()),
+                16 => bindings::rxe_rs_helper_dev_by_local_addr_v6(self.as_raw(), addr.as_ptr()),
                 _ => return None,
             }
         };
@@ -134,12 +136,6 @@ impl NetDevice {
     /// Whether it is `other`.
     pub(crate) fn is(&self, other: &NetDevice) -> bool {
         core::ptr::eq(self.as_raw(), other.as_raw())
-    }
-
-    /// Lives in the initial network namespace (where our UDP sockets are).
-    pub(crate) fn in_init_net(&self) -> bool {
-        // SAFETY: valid device.
-        unsafe { bindings::rxe_rs_helper_net_eq_init(self.as_raw()) }
     }
 }
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 //! Kernel UDP sockets in encapsulation mode: every datagram for the port is handed to us.
 
-use super::{bindings, skb::SkBuff};
+use super::{bindings, netns::NetNs, skb::SkBuff};
 use core::{marker::PhantomData, ptr::NonNull};
 use kernel::{error::to_result, prelude::*};
 
@@ -11,25 +11,32 @@ pub(crate) trait EncapReceiver {
     fn receive(skb: SkBuff);
 }
 
-/// A kernel UDP socket bound to a port in `init_net`, released on drop.
+/// A kernel UDP socket bound to a port in one network namespace, released on drop (before the
+/// namespace goes: see [`super::netns::PernetData`]).
 pub(crate) struct UdpTunnel<T: EncapReceiver> {
     sock: NonNull<bindings::socket>,
     _receiver: PhantomData<T>,
 }
 
 impl<T: EncapReceiver> UdpTunnel<T> {
-    /// Binds `port` (IPv4, or IPv6-only when `ipv6`) and routes its datagrams to `T`.
-    /// Fails with `EADDRINUSE` when another socket (say, rdma_rxe's) holds the port.
-    pub(crate) fn bind(ipv6: bool, port: u16) -> Result<Self> {
+    /// Binds `port` in `net` (IPv4, or IPv6-only when `ipv6`) and routes its datagrams to
+    /// `T`. Fails with `EADDRINUSE` when another socket (say, rdma_rxe's) holds the port.
+    pub(crate) fn bind(net: NetNs<'_>, ipv6: bool, port: u16) -> Result<Self> {
         let mut sock: *mut bindings::socket = core::ptr::null_mut();
-        // SAFETY: `sock` is a valid out-pointer; the helper creates the socket in `init_net`.
+        // SAFETY: `net` is alive; `sock` is a valid out-pointer.
         to_result(unsafe {
-            bindings::rxe_rs_helper_udp_sock_create(ipv6, port.to_be(), &mut sock)
+            bindings::rxe_rs_helper_udp_sock_create(net.as_raw(), ipv6, port.to_be(), &mut sock)
         })?;
         let sock = NonNull::new(sock).ok_or(EINVAL)?;
-        // SAFETY: `sock` was just created and is not yet receiving; `encap_recv` matches the
-        // encap_rcv signature and lives as long as the module.
-        unsafe { bindings::rxe_rs_helper_setup_udp_tunnel(sock.as_ptr(), Some(Self::encap_recv)) };
+        // SAFETY: `sock` was just created in `net` and is not yet receiving; `encap_recv`
+        // matches the encap_rcv signature and lives as long as the module.
+        unsafe {
+            bindings::rxe_rs_helper_setup_udp_tunnel(
+                net.as_raw(),
+                sock.as_ptr(),
+                Some(Self::encap_recv),
+            )
+        };
         Ok(Self {
             sock,
             _receiver: PhantomData,

@@ -7,7 +7,9 @@ use crate::{
     kext::{
         errno::eaddrinuse,
         ib::{Device, DeviceRef, QpType},
+        link::LinkLockGuard,
         netdev::NetDevice,
+        netns::{NetNs, PernetData, PernetRegistration, PernetSlot},
         skb::SkBuff,
         udp_tunnel::{EncapReceiver, UdpTunnel},
     },
@@ -15,7 +17,7 @@ use crate::{
     proto::packet::{self, DropReason},
     qp::{completer, datagram, responder, unreliable},
 };
-use kernel::prelude::*;
+use kernel::{new_mutex, prelude::*, sync::Mutex, types::ARef};
 
 /// The RoCEv2 UDP destination port (IANA).
 pub(crate) const ROCE_V2_UDP_DPORT: u16 = 4791;
@@ -25,8 +27,12 @@ pub(crate) struct Receiver;
 
 impl EncapReceiver for Receiver {
     fn receive(mut skb: SkBuff) {
-        let looped_back = skb.netdev().is_some_and(NetDevice::is_loopback);
-        let dev = if looped_back {
+        // The `lo` of the namespace it looped back in, if it did.
+        let lo: Option<ARef<NetDevice>> = skb
+            .netdev()
+            .filter(|ndev| ndev.is_loopback())
+            .map(ARef::from);
+        let dev = if lo.is_some() {
             None
         } else {
             // Datagrams arriving on a netdev without an rxe_rs device are not ours to count.
@@ -44,7 +50,7 @@ impl EncapReceiver for Receiver {
         // on the netdev that owns their destination address. Only from a local source: a
         // packet routed in from elsewhere does not arrive on `lo`, and one that claims to must
         // not reach a device through this door.
-        let Some(dev) = dev.or_else(|| ip.as_ref().ok().and_then(|ip| device_of_looped_back(ip)))
+        let Some(dev) = dev.or_else(|| device_of_looped_back(lo.as_deref()?, ip.as_ref().ok()?))
         else {
             return;
         };
@@ -74,25 +80,27 @@ impl EncapReceiver for Receiver {
     }
 }
 
-/// The device a datagram that came back through `lo` is for: the one on the netdev owning its
-/// destination address, if its source address is local too.
-fn device_of_looped_back(ip: &[u8]) -> Option<DeviceRef<RxeDevice>> {
-    NetDevice::with_local_address(packet::source_address(ip)?)?;
-    let ndev = NetDevice::with_local_address(packet::destination_address(ip)?)?;
+/// The device a datagram that came back through `lo` (of its namespace) is for: the one on the
+/// netdev of that namespace owning its destination address, if its source address is local too.
+fn device_of_looped_back(lo: &NetDevice, ip: &[u8]) -> Option<DeviceRef<RxeDevice>> {
+    lo.local_address_owner(packet::source_address(ip)?)?;
+    let ndev = lo.local_address_owner(packet::destination_address(ip)?)?;
     Device::<RxeDevice>::get_by_netdev(ndev.carrier())
 }
 
-/// The module's receive sockets on UDP 4791, IPv4 and (when the kernel has it) IPv6.
-pub(crate) struct Sockets {
+/// The receive sockets on UDP 4791 of one network namespace, IPv4 and (when the kernel has it)
+/// IPv6.
+struct Sockets {
     _v4: UdpTunnel<Receiver>,
     _v6: Option<UdpTunnel<Receiver>>,
 }
 
 impl Sockets {
-    /// Binds both. The port is per network namespace: with rdma_rxe loaded it is taken.
-    pub(crate) fn bind() -> Result<Self> {
-        let v4 = UdpTunnel::bind(false, ROCE_V2_UDP_DPORT).inspect_err(report)?;
-        let v6 = match UdpTunnel::bind(true, ROCE_V2_UDP_DPORT) {
+    /// Binds both in `net`. The port is per namespace: with rdma_rxe loaded it is taken in
+    /// the initial one.
+    fn bind(net: NetNs<'_>) -> Result<Self> {
+        let v4 = UdpTunnel::bind(net, false, ROCE_V2_UDP_DPORT).inspect_err(report)?;
+        let v6 = match UdpTunnel::bind(net, true, ROCE_V2_UDP_DPORT) {
             Ok(sock) => Some(sock),
             // Booted with ipv6.disable=1: RoCE over IPv4 still works.
             Err(e) if e.to_errno() == -97 => None,
@@ -103,6 +111,39 @@ impl Sockets {
         };
         Ok(Self { _v4: v4, _v6: v6 })
     }
+}
+
+/// What each network namespace has of ours: its receive sockets, bound when its first device
+/// is added (in the initial namespace, when the module loads), released when it goes.
+#[pin_data]
+pub(crate) struct NetSockets {
+    #[pin]
+    bound: Mutex<Option<Sockets>>,
+}
+
+static NET_SOCKETS: PernetSlot = PernetSlot::new();
+
+impl PernetData for NetSockets {
+    const SLOT: &'static PernetSlot = &NET_SOCKETS;
+
+    fn new() -> impl PinInit<Self, Error> {
+        try_pin_init!(Self {
+            bound <- new_mutex!(None, "rxe_rs_net_sockets"),
+        })
+    }
+}
+
+/// Keeps every namespace's sockets (while the module is loaded).
+pub(crate) type SocketsRegistration = PernetRegistration<NetSockets>;
+
+/// Makes sure `net` has its receive sockets (under the link lock: `newlink`, or loading).
+pub(crate) fn bind_sockets(serialised: &LinkLockGuard, net: NetNs<'_>) -> Result {
+    let sockets = SocketsRegistration::data(serialised, net).ok_or(ENODEV)?;
+    let mut bound = sockets.bound.lock();
+    if bound.is_none() {
+        *bound = Some(Sockets::bind(net)?);
+    }
+    Ok(())
 }
 
 fn report(err: &Error) {

@@ -37,7 +37,8 @@ fn egress(res: &Resources, src: &[u8]) -> ARef<NetDevice> {
     if link_local {
         return res.ndev.clone();
     }
-    NetDevice::with_local_address(src)
+    res.ndev
+        .local_address_owner(src)
         .filter(|ndev| ndev.is_vlan() && ndev.carrier().is(&res.ndev))
         .unwrap_or_else(|| res.ndev.clone())
 }
