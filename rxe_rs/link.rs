@@ -30,12 +30,10 @@ impl LinkDriver for RxeLink {
             return Err(EPERM);
         }
         let serialised = LinkLockGuard::lock();
-        // The namespace of the netdev is the asking process's (the core looked the name up
-        // there), held by its netlink socket while this runs. Its receive sockets are bound with
-        // its first device.
-        // SAFETY: as just said, the namespace lives until `newlink` returns.
-        let net = unsafe { NetNs::of(ndev) };
-        net::recv::bind_sockets(&serialised, net)?;
+        // The netdev's namespace (the asking process's, unless the netdev moved meanwhile) gets
+        // its receive sockets with its first device.
+        let net = NetNs::of(ndev).ok_or(ENODEV)?;
+        net::recv::bind_sockets(&serialised, &net)?;
         if Device::<RxeDevice>::get_by_netdev(ndev).is_some() {
             pr_err!("{}: already has an rxe_rs device\n", ndev.name());
             return Err(EEXIST);

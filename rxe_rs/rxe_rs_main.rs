@@ -63,7 +63,7 @@ impl kernel::Module for RxeRsModule {
         // The initial namespace's now, so that a port taken (by rdma_rxe) fails the load.
         net::recv::bind_sockets(
             &kext::link::LinkLockGuard::lock(),
-            kext::netns::NetNs::init(),
+            &kext::netns::NetNs::init(),
         )?;
         let notifier = KBox::pin_init(kext::netdev::NotifierRegistration::register(), GFP_KERNEL)?;
         let link = KBox::pin_init(kext::link::LinkRegistration::register(), GFP_KERNEL)?;

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: GPL-2.0
 # Network namespaces, as containers use them. Shared mode (the default): two namespaces joined by
 # a veth pair, each adding its own rxe_rs device on its end with `rdma link add` from inside,
-# ibv_rc_pingpong -c and rping -V between them (each namespace has its own UDP 4791 socket), the
+# ibv_rc_pingpong -c and rping -V between them (each namespace has its own UDP 4791 socket) and
+# between two processes of one namespace (over its own lo), the
 # netdev looked up in the caller's namespace only, then one namespace deleted under a WRITE
 # stream (both devices go with the veth pair, the writer can be killed: nothing hangs). Exclusive mode (`rdma system set netns
 # exclusive`): two namespaces each given their device with `rdma dev set DEV netns NS`, each
@@ -10,8 +11,15 @@
 source "$(dirname "$0")/guest/lib.sh"
 
 ktap_print_header
-ktap_set_plan 15
+ktap_set_plan 18
 reset_or_bail
+# Whatever happens, the guest's later scripts find no namespace of ours and the shared mode.
+cleanup() {
+	local ns
+	for ns in nsa nsb c1 c2; do ip netns del "$ns" 2>/dev/null; done
+	wait_for 120 eval 'rdma system set netns shared 2>/dev/null'
+}
+trap cleanup EXIT
 for ns in nsa nsb c1 c2; do ip netns del "$ns" 2>/dev/null; done
 
 # A veth pair between namespaces $1 and $2: $3 in $1 with 10.$5.0.1, $4 in $2 with .2.
@@ -27,7 +35,10 @@ v4_gid() { printf '0000:0000:0000:0000:0000:ffff:0a%02x:000%d' "$1" "$2"; }
 # ibv_rc_pingpong -c from namespace $1 (device $2, server on 10.$5.0.1) to $3 (device $4).
 pingpong() {
 	local ia ib rc
-	ia=$(gid_index "$2" "$(v4_gid "$5" 1)") && ib=$(gid_index "$4" "$(v4_gid "$5" 2)") || return 1
+	# (The client's GID: its device's own address on that link, .1 when it is the server's.)
+	local mine=2
+	[[ $2 == "$4" ]] && mine=1
+	ia=$(gid_index "$2" "$(v4_gid "$5" 1)") && ib=$(gid_index "$4" "$(v4_gid "$5" $mine)") || return 1
 	ip netns exec "$1" timeout 120 ibv_rc_pingpong -d "$2" -g "$ia" -c -s 4096 -n 50 >/tmp/netns.server 2>&1 &
 	local server=$!
 	wait_for 30 eval "ip netns exec $1 ss -ltn | grep -q ':18515 '"
@@ -62,6 +73,9 @@ rping_between() {
 	return "$rc"
 }
 check "rping -V (rdma_cm) between the namespaces" rping_between
+# Both ends on rxa: the packets come back through nsa's own lo, whose namespace the receive
+# path must use to find the device.
+check "ibv_rc_pingpong -c between two processes on rxa, over nsa's lo" pingpong nsa rxa nsa rxa 30
 
 # Namespace nsb goes under traffic: a WRITE stream from nsa to nsb, whose receiving process is
 # killed right after `ip netns del`, so that the kernel tears the namespace down (its veth, its
@@ -75,7 +89,7 @@ wait_for 30 eval "ip netns exec nsb ss -ltn | grep -q ':18515 '"
 ip netns exec nsa ib_write_bw -d rxa -x "$ia" -F -s 4096 -D 300 10.30.0.2 >/dev/null 2>&1 &
 writer=$!
 sent_before=$(hw_counter rxa sent_pkts)
-wait_for 60 eval '(($(hw_counter rxa sent_pkts) > sent_before + 500))'
+check "a WRITE stream runs from nsa to nsb" wait_for 60 eval '(($(hw_counter rxa sent_pkts) > sent_before + 500))'
 echo "# rxa sent $(($(hw_counter rxa sent_pkts) - sent_before)) packets before nsb went"
 ip netns del nsb
 kill -9 "$receiver"
@@ -89,9 +103,11 @@ ip netns del nsa
 # Exclusive mode: the mode may change once no namespace but the initial one is left (the ones
 # above go asynchronously).
 check "rdma system set netns exclusive" wait_for 120 eval 'rdma system set netns exclusive 2>/dev/null'
-ns_pair c1 c2 vc1 vc2 31
-ip netns exec c1 rdma link add rx1 type rxe_rs netdev vc1
-ip netns exec c2 rdma link add rx2 type rxe_rs netdev vc2
+check "two containers' namespaces add a device each (which land in the initial namespace)" eval '
+	ns_pair c1 c2 vc1 vc2 31 &&
+	ip netns exec c1 rdma link add rx1 type rxe_rs netdev vc1 &&
+	ip netns exec c2 rdma link add rx2 type rxe_rs netdev vc2 &&
+	wait_for 30 gid_present rx1 "$(v4_gid 31 1)" && wait_for 30 gid_present rx2 "$(v4_gid 31 2)"'
 moved() {
 	rdma dev set rx1 netns c1 && rdma dev set rx2 netns c2 || return 1
 	ip netns exec c1 rdma dev | sed 's/^/# c1: /'
@@ -127,5 +143,6 @@ ip netns del c2
 check "both devices gone with their namespaces" wait_for 120 eval 'ib_gone rx1 && ib_gone rx2 && [[ -z $(rdma dev 2>/dev/null) ]]'
 check "rdma system set netns shared, once the namespaces are gone" wait_for 120 eval 'rdma system set netns shared 2>/dev/null'
 check "rxe_rs unloads" wait_for 60 unload rxe_rs
+trap - EXIT
 reset_or_bail
 ktap_finished

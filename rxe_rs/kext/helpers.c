@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /* Out-of-line wrappers for static inlines and macros: see helpers.h. */
 #include <linux/if_vlan.h>
+#include <linux/rtnetlink.h>
 #include <linux/inetdevice.h>
 #include <linux/mutex.h>
 #include <linux/vmalloc.h>
@@ -41,14 +42,29 @@ struct net_device *rxe_rs_helper_vlan_real_dev(const struct net_device *ndev)
 	return vlan_dev_real_dev(ndev);
 }
 
-struct net *rxe_rs_helper_dev_net(const struct net_device *ndev)
+/*
+ * A reference on the namespace of `ndev`, if it is registered there and the namespace is not
+ * dying; NULL otherwise. Under RTNL, so that the netdev cannot move meanwhile.
+ */
+struct net *rxe_rs_helper_get_dev_net(struct net_device *ndev)
 {
-	return dev_net(ndev);
+	struct net *net = NULL;
+
+	rtnl_lock();
+	if (ndev->reg_state == NETREG_REGISTERED)
+		net = maybe_get_net(dev_net(ndev));
+	rtnl_unlock();
+	return net;
 }
 
-struct net *rxe_rs_helper_init_net(void)
+struct net *rxe_rs_helper_get_init_net(void)
 {
-	return &init_net;
+	return get_net(&init_net);
+}
+
+void rxe_rs_helper_put_net(struct net *net)
+{
+	put_net(net);
 }
 
 void *rxe_rs_helper_net_generic(const struct net *net, unsigned int id)
@@ -264,7 +280,11 @@ struct dst_entry *rxe_rs_helper_route_v4(struct net_device *ndev, const u8 *sadd
 
 	memcpy(&fl.saddr, saddr, 4);
 	memcpy(&fl.daddr, daddr, 4);
+	/* The namespace read and used under RCU: a netdev moved to another namespace does not
+	 * wait for its references, and the old namespace may go meanwhile. */
+	rcu_read_lock();
 	rt = ip_route_output_key(dev_net(ndev), &fl);
+	rcu_read_unlock();
 	return IS_ERR(rt) ? NULL : &rt->dst;
 }
 
@@ -279,7 +299,9 @@ struct dst_entry *rxe_rs_helper_route_v6(struct net_device *ndev, const u8 *sadd
 
 	memcpy(&fl.saddr, saddr, 16);
 	memcpy(&fl.daddr, daddr, 16);
+	rcu_read_lock(); /* as for IPv4 */
 	dst = ipv6_stub->ipv6_dst_lookup_flow(dev_net(ndev), NULL, &fl, NULL);
+	rcu_read_unlock();
 	return IS_ERR(dst) ? NULL : dst;
 #else
 	return NULL;
@@ -291,10 +313,17 @@ struct dst_entry *rxe_rs_helper_route_v6(struct net_device *ndev, const u8 *sadd
  * has it. */
 struct net_device *rxe_rs_helper_dev_by_local_addr_v4(const struct net_device *in, const u8 *addr)
 {
+	struct net_device *ndev;
 	__be32 a;
 
 	memcpy(&a, addr, 4);
-	return ip_dev_find(dev_net(in), a);
+	/* The namespace read and used under RCU (see rxe_rs_helper_route_v4). */
+	rcu_read_lock();
+	ndev = __ip_dev_find(dev_net(in), a, false);
+	if (ndev)
+		dev_hold(ndev);
+	rcu_read_unlock();
+	return ndev;
 }
 
 struct net_device *rxe_rs_helper_dev_by_local_addr_v6(const struct net_device *in, const u8 *addr)

@@ -29,8 +29,9 @@ bool rxe_rs_helper_netif_running(const struct net_device *ndev);
 bool rxe_rs_helper_netif_carrier_ok(const struct net_device *ndev);
 bool rxe_rs_helper_is_vlan_dev(const struct net_device *ndev);
 struct net_device *rxe_rs_helper_vlan_real_dev(const struct net_device *ndev);
-struct net *rxe_rs_helper_dev_net(const struct net_device *ndev);
-struct net *rxe_rs_helper_init_net(void);
+struct net *rxe_rs_helper_get_dev_net(struct net_device *ndev);
+struct net *rxe_rs_helper_get_init_net(void);
+void rxe_rs_helper_put_net(struct net *net);
 void *rxe_rs_helper_net_generic(const struct net *net, unsigned int id);
 struct net_device *rxe_rs_helper_notifier_info_to_dev(void *info);
 

@@ -101,9 +101,8 @@ impl NetDevice {
     /// The device of this device's network namespace that has `addr` (an IPv4 or IPv6
     /// address, 4 or 16 bytes) as one of its own addresses.
     pub(crate) fn local_address_owner(&self, addr: &[u8]) -> Option<ARef<NetDevice>> {
-        // SAFETY: a valid device, whose namespace lives while the device is referenced (its
-        // unregistration, which a dying namespace does first, waits for every reference to
-        // go); `addr` holds the 4 or 16 bytes the helper
+        // SAFETY: a valid device (the helper reads its namespace and looks the address up in
+        // one RCU read-side section: a moved netdev's old namespace may go); `addr` holds the 4 or 16 bytes the helper
         // reads; it returns a device with a reference taken for us, or NULL.
         let dev = unsafe {
             match addr.len() {

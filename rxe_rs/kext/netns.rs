@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0
-//! Network namespaces: a borrowed namespace ([`NetNs`]), and a slot of driver data in every
+//! Network namespaces: a reference on one ([`NetNs`]), and a slot of driver data in every
 //! namespace ([`PernetRegistration`]), made when the namespace is and dropped when it goes or
 //! when the module unregisters.
 
@@ -12,43 +12,42 @@ use core::{
 };
 use kernel::{error::to_result, prelude::*, types::Opaque};
 
-/// A network namespace that lives at least as long as `'a`.
-#[derive(Clone, Copy)]
-pub(crate) struct NetNs<'a>(NonNull<bindings::net>, PhantomData<&'a ()>);
+/// A reference on a network namespace: while it is held, the namespace does not start going
+/// (its slots of driver data stay), and it is dropped with `put_net`.
+pub(crate) struct NetNs(NonNull<bindings::net>);
 
-impl NetNs<'static> {
-    /// The initial namespace, which never goes.
+// SAFETY: a namespace reference may be dropped from any thread.
+unsafe impl Send for NetNs {}
+// SAFETY: no interior mutability through it.
+unsafe impl Sync for NetNs {}
+
+impl NetNs {
+    /// The initial namespace.
     pub(crate) fn init() -> Self {
-        // SAFETY: `init_net` is a static of the kernel.
-        let net = unsafe { bindings::rxe_rs_helper_init_net() };
-        // `&init_net` is never NULL.
-        Self(
-            NonNull::new(net).unwrap_or(NonNull::dangling()),
-            PhantomData,
-        )
+        // SAFETY: `init_net` is a static of the kernel; a reference is taken on it.
+        let net = unsafe { bindings::rxe_rs_helper_get_init_net() };
+        Self(NonNull::new(net).expect("&init_net is never NULL"))
     }
-}
 
-impl<'a> NetNs<'a> {
-    /// The namespace `ndev` is in.
-    ///
-    /// # Safety
-    ///
-    /// The namespace lives for `'a`: a reference to a netdev does not keep it alive (a dying
-    /// namespace's devices are unregistered or moved out, and may still be referenced). The
-    /// caller holds it some other way, as `newlink` does: the netlink socket of the process
-    /// asking is in that namespace and holds it.
-    pub(crate) unsafe fn of(ndev: &'a NetDevice) -> Self {
-        // SAFETY: a valid device; its `nd_net` is a valid namespace while that lives.
-        let net = unsafe { bindings::rxe_rs_helper_dev_net(ndev.as_raw()) };
-        Self(
-            NonNull::new(net).unwrap_or(NonNull::dangling()),
-            PhantomData,
-        )
+    /// The namespace `ndev` is registered in, or `None` if it is not registered (any more) or
+    /// its namespace is going. (A netdev reference does not hold its namespace: a netdev moved
+    /// to another namespace does not wait for its references.)
+    pub(crate) fn of(ndev: &NetDevice) -> Option<Self> {
+        // SAFETY: a valid device; the helper reads its namespace under RTNL and takes a
+        // reference on it only if it is not going.
+        let net = unsafe { bindings::rxe_rs_helper_get_dev_net(ndev.as_raw()) };
+        NonNull::new(net).map(Self)
     }
 
     pub(super) fn as_raw(&self) -> *mut bindings::net {
         self.0.as_ptr()
+    }
+}
+
+impl Drop for NetNs {
+    fn drop(&mut self) {
+        // SAFETY: the reference taken in `init` or `of`.
+        unsafe { bindings::rxe_rs_helper_put_net(self.0.as_ptr()) };
     }
 }
 
@@ -89,8 +88,8 @@ pub(crate) struct PernetRegistration<T: PernetData> {
 }
 
 impl<T: PernetData> PernetRegistration<T> {
-    /// Registers `T`: every namespace, existing or to come, gets its `T::new()`. Takes the
-    /// module's link lock, so that [`Self::data`] never sees a registration half made or gone.
+    /// Registers `T`: every namespace, existing or to come, gets its `T::new()`. The flag
+    /// [`Self::data`] checks changes under the module's link lock.
     pub(crate) fn register() -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
             ops <- Opaque::ffi_init(|ops: *mut bindings::pernet_operations| {
@@ -109,23 +108,23 @@ impl<T: PernetData> PernetRegistration<T> {
             _data: PhantomData,
         }? Error)
         .pin_chain(|this| {
-            let _serialised = LinkLockGuard::lock();
             // SAFETY: `ops` is filled and pinned for as long as it is registered (drop
             // unregisters it, if this succeeded).
             to_result(unsafe { bindings::register_pernet_subsys(this.ops.get()) })?;
+            let _serialised = LinkLockGuard::lock();
             T::SLOT.registered.store(true, Ordering::Release);
             Ok(())
         })
     }
 
     /// The data of `net`, if `T` is registered (the link lock held keeps it so).
-    pub(crate) fn data<'a>(_serialised: &'a LinkLockGuard, net: NetNs<'a>) -> Option<&'a T> {
+    pub(crate) fn data<'a>(_serialised: &'a LinkLockGuard, net: &'a NetNs) -> Option<&'a T> {
         if !T::SLOT.registered.load(Ordering::Acquire) {
             return None;
         }
         // SAFETY: registered (and it stays so while the link lock is held: unregistering
-        // takes it), so `net` has an initialised `T` in our slot, which lives as long as the
-        // namespace (`'a`, by `NetNs`'s contract).
+        // clears the flag under it first), so `net` has an initialised `T` in our slot, which
+        // stays while `net` is held (a namespace's `exit` runs only once nothing holds it).
         Some(unsafe { &*Self::slot(net.as_raw()) })
     }
 
@@ -168,9 +167,14 @@ impl<T: PernetData> PernetRegistration<T> {
 #[pinned_drop]
 impl<T: PernetData> PinnedDrop for PernetRegistration<T> {
     fn drop(self: Pin<&mut Self>) {
-        let _serialised = LinkLockGuard::lock();
+        // No `data` from here on; then every namespace's `exit_net` (not under the link lock:
+        // `exit_net` runs under the core's pernet lock, which must not nest inside it).
+        let registered = {
+            let _serialised = LinkLockGuard::lock();
+            T::SLOT.registered.swap(false, Ordering::AcqRel)
+        };
         // (Not registered if `register` failed.)
-        if T::SLOT.registered.swap(false, Ordering::AcqRel) {
+        if registered {
             // SAFETY: registered in `register`; this runs `exit_net` for every namespace.
             unsafe { bindings::unregister_pernet_subsys(self.ops.get()) };
         }

@@ -21,9 +21,9 @@ pub(crate) struct UdpTunnel<T: EncapReceiver> {
 impl<T: EncapReceiver> UdpTunnel<T> {
     /// Binds `port` in `net` (IPv4, or IPv6-only when `ipv6`) and routes its datagrams to
     /// `T`. Fails with `EADDRINUSE` when another socket (say, rdma_rxe's) holds the port.
-    pub(crate) fn bind(net: NetNs<'_>, ipv6: bool, port: u16) -> Result<Self> {
+    pub(crate) fn bind(net: &NetNs, ipv6: bool, port: u16) -> Result<Self> {
         let mut sock: *mut bindings::socket = core::ptr::null_mut();
-        // SAFETY: `net` is alive; `sock` is a valid out-pointer.
+        // SAFETY: `net` is held; `sock` is a valid out-pointer.
         to_result(unsafe {
             bindings::rxe_rs_helper_udp_sock_create(net.as_raw(), ipv6, port.to_be(), &mut sock)
         })?;

@@ -98,7 +98,7 @@ struct Sockets {
 impl Sockets {
     /// Binds both in `net`. The port is per namespace: with rdma_rxe loaded it is taken in
     /// the initial one.
-    fn bind(net: NetNs<'_>) -> Result<Self> {
+    fn bind(net: &NetNs) -> Result<Self> {
         let v4 = UdpTunnel::bind(net, false, ROCE_V2_UDP_DPORT).inspect_err(report)?;
         let v6 = match UdpTunnel::bind(net, true, ROCE_V2_UDP_DPORT) {
             Ok(sock) => Some(sock),
@@ -137,7 +137,7 @@ impl PernetData for NetSockets {
 pub(crate) type SocketsRegistration = PernetRegistration<NetSockets>;
 
 /// Makes sure `net` has its receive sockets (under the link lock: `newlink`, or loading).
-pub(crate) fn bind_sockets(serialised: &LinkLockGuard, net: NetNs<'_>) -> Result {
+pub(crate) fn bind_sockets(serialised: &LinkLockGuard, net: &NetNs) -> Result {
     let sockets = SocketsRegistration::data(serialised, net).ok_or(ENODEV)?;
     let mut bound = sockets.bound.lock();
     if bound.is_none() {
