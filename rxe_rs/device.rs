@@ -180,7 +180,9 @@ impl ib::Driver for RxeDevice {
                 | DeviceCaps::MEM_MGT_EXTENSIONS
                 | DeviceCaps::MEM_WINDOW
                 | DeviceCaps::MEM_WINDOW_TYPE_2B
-                | DeviceCaps::ATOMIC_WRITE,
+                | DeviceCaps::ATOMIC_WRITE
+                // No persistent memory behind our MRs: FLUSH for global visibility only.
+                | DeviceCaps::FLUSH_GLOBAL,
             // `rdma link delete` is how users remove a soft device.
             KernelCaps::ALLOW_USER_UNREG,
             AtomicCap::Hca,

@@ -23,7 +23,7 @@ recoveries=(rnr_retry_exhausted rnr_waits_for_a_receive retry_cnt_exhausted)
 ucs=(uc_send_write_imm_intact uc_no_receive_drops_the_message uc_bad_rkey_drops_the_write
 	uc_lost_and_cut_short_messages uc_long_write_sqd_and_a_big_batch uc_refuses_what_it_cannot_carry)
 srqs=(srq_shared_by_qps srq_limit_event srq_rnr_waits_for_a_post srq_last_wqe_and_destroy
-	srq_ud_short_wqe_completes_in_error)
+	srq_ud_short_wqe_completes_in_error srq_indices_scribbled)
 ktap_print_header
 ktap_set_plan $((${#checks[@]} + ${#scribbles[@]} + ${#recoveries[@]} + ${#ucs[@]} + ${#srqs[@]} + 2))
 reset_or_bail

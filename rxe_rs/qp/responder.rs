@@ -9,6 +9,7 @@
 //! keeps a CPU in softirq. ACKs and NAKs due meanwhile wait for the queued responses, to keep
 //! PSN order on the wire.
 
+use core::sync::atomic::{fence, Ordering};
 use kernel::{prelude::*, sync::Arc};
 
 use crate::{
@@ -21,8 +22,9 @@ use crate::{
         admit::{admit, Refusal},
         atomic::{is_aligned, AtomicEth, AtomicOp, AtomicResult, AtomicResults, ATOMIC_BYTES},
         av::AddressVector,
+        flush::{Feth, FlushLevel, PLACEMENT_GLOBAL},
         headers::{Aeth, Bth, NakCode, Reth, Syndrome, AETH_NO_CREDITS},
-        opcode::{Opcode, Transport},
+        opcode::{Opcode, Transport, FETH_BYTES},
         packet::Datagram,
         psn::Psn,
         read_reply::{self, ReadReplies, ReadReply, Response},
@@ -622,6 +624,8 @@ fn handle_request_locked(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) 
         execute_atomic(qp, s, d).map(|()| Outcome::Read(0))
     } else if d.info.atomic_write {
         execute_atomic_write(qp, s, d, reth).map(|()| Outcome::Read(0))
+    } else if d.info.flush {
+        execute_flush(qp, s, d, reth).map(|()| Outcome::Read(0))
     } else if d.info.is_send {
         execute_send(qp, s, d, carried)
     } else if d.info.is_write {
@@ -679,8 +683,10 @@ fn handle_request_locked(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) 
 /// The RETH, immediate data and what a receive completion carries, from a request's extended
 /// headers.
 pub(super) fn extended_headers(d: &Datagram<'_>) -> (Option<Reth>, Option<[u8; 4]>, Carried) {
+    // A FLUSH's RETH follows its FETH.
+    let reth_at = if d.info.flush { FETH_BYTES } else { 0 };
     let reth = if d.info.reth {
-        Reth::parse(d.ext_headers)
+        d.ext_headers.get(reth_at..).and_then(Reth::parse)
     } else {
         None
     };
@@ -903,11 +909,50 @@ fn execute_atomic_write(
     queue_reply(s, reply, false)
 }
 
+/// A FLUSH (IBTA 1.5, global visibility): what WRITEs placed before it is visible to every
+/// agent of this host once it is answered, in turn with READ responses, by an empty READ
+/// RESPONSE ONLY. Our WRITEs are the CPU's own stores, done by the time the FLUSH arrives
+/// (requests run in order): a full barrier is all it takes. Recorded like an ATOMIC WRITE, so
+/// that a repeat is answered again.
+fn execute_flush(
+    qp: &QpInner,
+    s: &mut QpLocked,
+    d: &Datagram<'_>,
+    reth: Option<Reth>,
+) -> core::result::Result<(), Failure> {
+    // A placement the QP does not grant (persistence: never), a READ credit, a malformed
+    // header: invalid request, as rdma_rxe; the R_Key's FLUSH right over the range (the whole
+    // region at its level: the range is not checked): access.
+    let feth = Feth::parse(d.ext_headers).ok_or(Failure::Invalid)?;
+    let reth = reth.ok_or(Failure::Invalid)?;
+    if feth.placement != PLACEMENT_GLOBAL || !s.attrs.access.contains(Access::FLUSH_GLOBAL) {
+        return Err(Failure::Invalid);
+    }
+    if s.resp.reads.owed_to_new_requests() >= usize::from(s.attrs.max_dest_rd_atomic.max(1)) {
+        return Err(Failure::Invalid);
+    }
+    let key = qp.res().lookup_rkey(reth.rkey).ok_or(Failure::Access)?;
+    let len = u64::from(reth.dma_len);
+    match (
+        key.check(qp.pd, qp.serial, reth.va, len, Access::FLUSH_GLOBAL),
+        feth.level,
+    ) {
+        (Ok(()), _) | (Err(AccessError::OutOfBounds), FlushLevel::Region) => {}
+        (Err(_), _) => return Err(Failure::Access),
+    }
+    fence(Ordering::SeqCst);
+    let psn = d.bth.psn;
+    s.resp.atomics.record(psn, 0);
+    let mtu = s.attrs.path_mtu;
+    let reply = ReadReply::new(reth.rkey, reth.va, 0, psn, s.resp.seq.msn, mtu);
+    queue_reply(s, reply, false)
+}
+
 /// A request we executed before: acknowledge it again, or for a READ, answer it again (the
 /// requester asks for what it lost, possibly from the middle of the responses), or for an
 /// atomic, send its recorded result again.
 fn duplicate(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) {
-    if d.info.atomic_eth || d.info.atomic_write {
+    if d.info.atomic_eth || d.info.atomic_write || d.info.flush {
         // Never executed twice. A result no longer recorded cannot be sent: the repeat is
         // dropped (IBA 9.7.5.2.5; a requester that follows the rules never asks for one).
         let psn = d.bth.psn;
@@ -916,7 +961,7 @@ fn duplicate(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) {
         };
         // Its MSN: what it was is not recorded; the requester does not check an MSN.
         let msn = s.resp.seq.msn.wrapping_sub(1) & crate::proto::psn::PSN_MASK;
-        let reply = if d.info.atomic_write {
+        let reply = if d.info.atomic_write || d.info.flush {
             ReadReply::new(0, 0, 0, psn, msn, s.attrs.path_mtu)
         } else {
             ReadReply::atomic(psn, msn, orig)

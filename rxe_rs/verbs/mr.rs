@@ -15,7 +15,8 @@ const SUPPORTED_ACCESS: Access = Access::LOCAL_WRITE
     .union(Access::REMOTE_WRITE)
     .union(Access::REMOTE_READ)
     .union(Access::REMOTE_ATOMIC)
-    .union(Access::MW_BIND);
+    .union(Access::MW_BIND)
+    .union(Access::FLUSH_GLOBAL);
 
 /// Names a protection domain. 64 bits from a counter that only goes up: two PDs never share
 /// one, however many a process allocates and frees (a 32-bit counter wraps after 2^32).

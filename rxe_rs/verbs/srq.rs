@@ -27,6 +27,8 @@ struct Consumer {
     index: u32,
     /// `IB_EVENT_SRQ_LIMIT_REACHED` is due when fewer WQEs than this are left; 0: not armed.
     limit: u32,
+    /// The process wrote inconsistent indices: `IB_EVENT_SRQ_ERR` was raised (once).
+    broken: bool,
 }
 
 /// A shared receive queue.
@@ -84,7 +86,7 @@ impl RxeSrq {
             ring,
             max_sge,
             post <- new_spinlock_irq!(0, "rxe_rs_srq_post"),
-            consumer <- new_spinlock_bh!(Consumer { index: 0, limit: 0 }, "rxe_rs_srq"),
+            consumer <- new_spinlock_bh!(Consumer { index: 0, limit: 0, broken: false }, "rxe_rs_srq"),
         }))
     }
 
@@ -162,7 +164,15 @@ pub(crate) fn take(
     let mut c = srq.consumer.lock();
     let producer = srq.ring.load(RingIndex::Producer);
     let posted = match srq.ring.geometry().occupancy(producer, c.index) {
-        None => return Err(RqError::BrokenRing),
+        None => {
+            // Each QP that takes from it fails (as on a broken RQ); its owner hears once.
+            let first = !core::mem::replace(&mut c.broken, true);
+            drop(c);
+            if first {
+                srq.raise_error();
+            }
+            return Err(RqError::BrokenRing);
+        }
         Some(0) => return Ok(false),
         Some(n) => n,
     };

@@ -28,7 +28,9 @@ from pyverbs.wr import RecvWR, SGE, SendWR
 import pyverbs.enums as e
 
 # Atomics too: the hostile peer's COMPARE SWAPs and FETCH ADDs reach their execution.
-RW = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_REMOTE_ATOMIC
+FLUSH_GLOBAL = 1 << 8  # IB_UVERBS_ACCESS_FLUSH_GLOBAL (libibverbs 44 has no name for it)
+RW = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_REMOTE_ATOMIC
+      | FLUSH_GLOBAL)
 MR_SIZE = 64 * 1024
 STALL_WATCH_S = 120
 STATES = {e.IBV_QPS_RESET: "RESET", e.IBV_QPS_INIT: "INIT", e.IBV_QPS_RTR: "RTR", e.IBV_QPS_RTS: "RTS",
@@ -43,7 +45,8 @@ def rc_qp(ctx, pd, cq):
 def to_rts(qp, gid_index, dgid, dest_qpn, post=lambda: None):
     init = QPAttr(qp_state=e.IBV_QPS_INIT)
     init.pkey_index, init.port_num = 0, 1
-    init.qp_access_flags = e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_REMOTE_ATOMIC
+    init.qp_access_flags = (e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_REMOTE_ATOMIC
+                            | FLUSH_GLOBAL)
     qp.modify(init, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
     post()
     rtr = QPAttr(qp_state=e.IBV_QPS_RTR)

@@ -8,6 +8,8 @@ KIND: valid | bad_icrc | truncated | bad_opcode | garbage | random
       | faa:PSN:VA:RKEY:ADD     (an RC FETCH ADD of ADD to the 8 bytes at VA under RKEY)
       | cas:PSN:VA:RKEY:COMPARE:SWAP  (an RC COMPARE SWAP)
       | awrite:PSN:VA:RKEY:VALUE      (an RC ATOMIC WRITE of VALUE, little-endian, as x86 holds it)
+      | flush:PSN:VA:RKEY:LEN:PLACEMENT:LEVEL  (an RC FLUSH: placement 1 global, 2 persistent;
+                                              level 0 the range, 1 the whole region)
 Several comma-separated KINDs go out in order, COUNT times each (a Python start costs seconds
 in a TCG guest: batch what can be batched). With REPLIES=N in the environment it first binds
 UDP port 4791 and, after sending, prints the first N RoCE packets that come back there, a line
@@ -61,6 +63,11 @@ def packet(src, dst, qpn, kind, rng):
         psn, va, rkey, value = (int(x, 0) for x in kind.split(":")[1:])
         reth = struct.pack("!QII", va, rkey, 8)
         return datagram(src, dst, qpn, opcode=0x1D, psn=psn, payload=reth + struct.pack("<Q", value))
+    if kind.startswith("flush:"):
+        psn, va, rkey, length, placement, level = (int(x, 0) for x in kind.split(":")[1:])
+        feth = struct.pack("!I", (level & 3) << 4 | placement & 0xF)
+        reth = struct.pack("!QII", va, rkey, length)
+        return datagram(src, dst, qpn, opcode=0x1C, psn=psn, payload=feth + reth)
     if kind.startswith("ack:"):
         psn, msn = (int(x, 0) for x in kind.split(":")[1:])
         return datagram(src, dst, qpn, opcode=0x11, psn=psn, payload=struct.pack("!I", 0x1F << 24 | msn & 0xFFFFFF))

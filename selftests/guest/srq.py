@@ -243,12 +243,39 @@ def srq_ud_short_wqe_completes_in_error(ctx):
     del keep
 
 
+def srq_indices_scribbled(ctx):
+    """Garbage in the mapped SRQ's producer index (behind the provider's back): the QP that
+    next takes from it fails (IBV_EVENT_QP_FATAL), the SRQ's owner gets IBV_EVENT_SRQ_ERR, and
+    nothing else is hurt (the harness checks dmesg)."""
+    from ring_scribble import BROKEN, PRODUCER, u32, uverbs_mappings
+    first = Side(ctx, cqe=256)
+    before = uverbs_mappings()
+    srq = SRQ(first.pd, SrqInitAttr(SrqAttr(max_wr=16, max_sge=2)))
+    new = [a for a in uverbs_mappings() if a not in before]
+    expect(len(new) == 1, f"creating the SRQ added {len(new)} mappings of the device, not 1")
+    srq_ring = new[0]
+    receiver = Side(ctx, pd=first.pd, cq=first.cq, srq=srq)
+    first.qp.close()
+    sender = Side(ctx)
+    connected(ctx, sender, receiver)
+    bufs = Buffers(receiver, 1)
+    bufs.post(srq, 0)
+    u32(srq_ring + PRODUCER).value = BROKEN
+    keep = send(sender, pattern(MSG, 60))
+    wait_event(ctx, e.IBV_EVENT_SRQ_ERR, timeout=30)
+    wait_event(ctx, e.IBV_EVENT_QP_FATAL, timeout=30)
+    attr, _ = receiver.qp.query(e.IBV_QP_STATE)
+    expect(attr.qp_state == e.IBV_QPS_ERR, f"the receiving QP is in state {attr.qp_state}, not ERR")
+    del keep
+
+
 CHECKS = {
     "srq_shared_by_qps": srq_shared_by_qps,
     "srq_limit_event": srq_limit_event,
     "srq_rnr_waits_for_a_post": srq_rnr_waits_for_a_post,
     "srq_last_wqe_and_destroy": srq_last_wqe_and_destroy,
     "srq_ud_short_wqe_completes_in_error": srq_ud_short_wqe_completes_in_error,
+    "srq_indices_scribbled": srq_indices_scribbled,
 }
 
 if __name__ == "__main__":

@@ -77,6 +77,15 @@ impl<T> CoreObject<bindings::ib_srq, T> {
     /// Tells the SRQ's owner that fewer WQEs than the armed limit are left
     /// (`IB_EVENT_SRQ_LIMIT_REACHED`).
     pub(crate) fn raise_limit_reached(&self) {
+        self.raise(bindings::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED);
+    }
+
+    /// Tells the SRQ's owner that the SRQ is broken (`IB_EVENT_SRQ_ERR`).
+    pub(crate) fn raise_error(&self) {
+        self.raise(bindings::ib_event_type_IB_EVENT_SRQ_ERR);
+    }
+
+    fn raise(&self, event_type: bindings::ib_event_type) {
         let srq = self.raw();
         // SAFETY: a live SRQ with a valid device; the core set `event_handler` (possibly NULL)
         // and `srq_context` before the SRQ was used.
@@ -84,7 +93,7 @@ impl<T> CoreObject<bindings::ib_srq, T> {
             if let Some(handler) = (*srq).event_handler {
                 let mut event = bindings::ib_event {
                     device: (*srq).device,
-                    event: bindings::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED,
+                    event: event_type,
                     ..Default::default()
                 };
                 event.element.srq = srq;

@@ -197,6 +197,8 @@ flag_set! {
         MEM_WINDOW_TYPE_2B = bindings::ib_device_cap_flags_IB_DEVICE_MEM_WINDOW_TYPE_2B,
         /// IBTA 1.5's ATOMIC WRITE.
         ATOMIC_WRITE = bindings::ib_device_cap_flags_IB_DEVICE_ATOMIC_WRITE,
+        /// IBTA 1.5's FLUSH, for global visibility.
+        FLUSH_GLOBAL = bindings::ib_device_cap_flags_IB_DEVICE_FLUSH_GLOBAL,
     }
 }
 
@@ -365,6 +367,10 @@ flag_set! {
         REMOTE_ATOMIC = bindings::ib_access_flags_IB_ACCESS_REMOTE_ATOMIC,
         /// Memory windows may be bound to it.
         MW_BIND = bindings::ib_access_flags_IB_ACCESS_MW_BIND,
+        /// The peer may FLUSH it for global visibility (IBTA 1.5).
+        FLUSH_GLOBAL = bindings::ib_access_flags_IB_ACCESS_FLUSH_GLOBAL,
+        /// The peer may FLUSH it for persistence (IBTA 1.5).
+        FLUSH_PERSISTENT = bindings::ib_access_flags_IB_ACCESS_FLUSH_PERSISTENT,
         /// Flags a device may ignore (relaxed ordering...).
         OPTIONAL_RANGE = bindings::ib_access_flags_IB_ACCESS_OPTIONAL,
     }

@@ -11,6 +11,7 @@ pub mod atomic;
 pub mod av;
 pub mod completer;
 pub mod doorbell;
+pub mod flush;
 pub mod grh;
 pub mod headers;
 pub mod icrc;

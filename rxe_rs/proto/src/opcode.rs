@@ -40,6 +40,9 @@ impl Opcode {
     pub const RC_FETCH_ADD: Self = Self(0x14);
     pub const RC_SEND_LAST_INV: Self = Self(0x16);
     pub const RC_SEND_ONLY_INV: Self = Self(0x17);
+    /// IBTA 1.5's FLUSH: what earlier WRITEs placed made visible (or persistent), answered by
+    /// an empty READ RESPONSE ONLY.
+    pub const RC_FLUSH: Self = Self(0x1c);
     /// IBTA 1.5's RDMA ATOMIC WRITE: 8 bytes stored at once, answered by an empty READ
     /// RESPONSE ONLY.
     pub const RC_ATOMIC_WRITE: Self = Self(0x1d);
@@ -82,6 +85,8 @@ pub struct OpInfo {
     pub is_read: bool,
     /// An RDMA ATOMIC WRITE (IBTA 1.5).
     pub atomic_write: bool,
+    /// A FLUSH (IBTA 1.5): a FLUSH extended transport header (4 bytes) before its RETH.
+    pub flush: bool,
 }
 
 /// BTH size.
@@ -94,6 +99,8 @@ pub const AETH_BYTES: usize = 4;
 pub const IMMDT_BYTES: usize = 4;
 /// IETH size.
 pub const IETH_BYTES: usize = 4;
+/// FETH size.
+pub const FETH_BYTES: usize = 4;
 /// AtomicETH size.
 pub const ATOMIC_ETH_BYTES: usize = 28;
 /// AtomicAckETH size.
@@ -109,6 +116,9 @@ impl OpInfo {
         let mut n = BTH_BYTES;
         if self.deth {
             n += DETH_BYTES;
+        }
+        if self.flush {
+            n += FETH_BYTES;
         }
         if self.reth {
             n += RETH_BYTES;
@@ -163,6 +173,7 @@ impl Opcode {
             is_write: false,
             is_read: false,
             atomic_write: false,
+            flush: false,
         };
         let transport = match self.0 >> 5 {
             0 => Transport::Rc,
@@ -322,6 +333,13 @@ impl Opcode {
                 ieth: true,
                 ..send
             },
+            (Transport::Rc, 0x1c) => OpInfo {
+                is_first: true,
+                is_last: true,
+                reth: true,
+                flush: true,
+                ..req
+            },
             (Transport::Rc, 0x1d) => OpInfo {
                 is_first: true,
                 is_last: true,
@@ -361,6 +379,7 @@ mod tests {
             Opcode::RC_CMP_SWAP,
             Opcode::RC_SEND_ONLY_INV,
             Opcode::RC_ATOMIC_WRITE,
+            Opcode::RC_FLUSH,
         ] {
             assert_eq!(op.on_uc(), None);
         }
@@ -383,6 +402,7 @@ mod tests {
         assert_eq!(len(Opcode::RC_CMP_SWAP), 40);
         assert_eq!(len(Opcode::RC_SEND_ONLY_INV), 16);
         assert_eq!(len(Opcode::RC_ATOMIC_WRITE), 28);
+        assert_eq!(len(Opcode::RC_FLUSH), 32, "BTH, FETH, RETH");
         assert_eq!(len(Opcode::UD_SEND_ONLY), 20);
         assert_eq!(len(Opcode::UD_SEND_ONLY_IMM), 24);
         assert_eq!(len(Opcode(0x2a)), 28, "UC RDMA WRITE ONLY");

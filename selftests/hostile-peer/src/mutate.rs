@@ -36,13 +36,14 @@ const CMP_SWAP: u8 = 0x13;
 const FETCH_ADD: u8 = 0x14;
 const SEND_LAST_INV: u8 = 0x16;
 const SEND_ONLY_INV: u8 = 0x17;
+const FLUSH: u8 = 0x1c;
 const ATOMIC_WRITE: u8 = 0x1d;
 
-/// RC requests: every SEND and WRITE form, READ, the atomics, SEND with invalidate, ATOMIC
-/// WRITE.
-const REQUESTS: [u8; 18] = [
+/// RC requests: every SEND and WRITE form, READ, the atomics, SEND with invalidate, FLUSH,
+/// ATOMIC WRITE.
+const REQUESTS: [u8; 19] = [
     0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x13, 0x14, 0x16,
-    0x17, 0x1d,
+    0x17, 0x1c, 0x1d,
 ];
 const RESPONSES: [u8; 6] = [
     READ_FIRST,
@@ -240,7 +241,9 @@ impl Mutator {
             SEND_FIRST | SEND_MIDDLE | WRITE_FIRST | WRITE_MIDDLE | READ_FIRST | READ_MIDDLE => {
                 self.rng.pick(&[MTU, MTU, MTU - 1, MTU + 1, 0, r])
             }
-            READ_REQ | CMP_SWAP | FETCH_ADD | ACK | ATOMIC_ACK => self.rng.pick(&[0, 0, 0, 4, 16]),
+            READ_REQ | CMP_SWAP | FETCH_ADD | ACK | ATOMIC_ACK | FLUSH => {
+                self.rng.pick(&[0, 0, 0, 4, 16])
+            }
             ATOMIC_WRITE => self.rng.pick(&[8, 8, 8, 0, 4, 16]),
             _ => self.rng.pick(&[0, 1, 4, 100, MTU, MTU + 4, r]),
         }
@@ -263,6 +266,17 @@ impl Mutator {
         let imm = self.rng.u32().to_be_bytes();
         match op {
             WRITE_FIRST | WRITE_ONLY | READ_REQ | ATOMIC_WRITE => reth(self, out),
+            FLUSH => {
+                // FETH: mostly global visibility over the range or the region, sometimes any
+                // bits (persistence, reserved levels).
+                let feth = if self.rng.chance(0.8) {
+                    self.rng.pick(&[0x01u32, 0x11])
+                } else {
+                    self.rng.u32()
+                };
+                out.extend_from_slice(&feth.to_be_bytes());
+                reth(self, out);
+            }
             WRITE_ONLY_IMM => {
                 reth(self, out);
                 out.extend_from_slice(&imm);
