@@ -22,11 +22,8 @@ use crate::{
     },
     proto::wire::qp_source_port,
     resources::Resources,
-    uapi::{
-        send_flags, send_opcode, RecvWqe, SendWqe, Sge, WcStatus, RING_FLAG_FLUSH,
-        RING_FLAG_SQ_POLLED,
-    },
-    verbs::{cq::RxeCq, mr::PdId, srq::RxeSrq},
+    uapi::{send_flags, send_opcode, SendWqe, Sge, WcStatus, RING_FLAG_FLUSH, RING_FLAG_SQ_POLLED},
+    verbs::{cq::RxeCq, mr::PdId, recv_wqe, srq::RxeSrq},
 };
 use crate::{
     kext::{
@@ -854,29 +851,7 @@ impl QpInner {
             return Err(EINVAL);
         }
         let mut producer = self.rq_post.lock();
-        let index = *producer;
-        let consumer = self.rq.load(RingIndex::Consumer);
-        if index.wrapping_sub(consumer) >= self.rq.geometry().slots() {
-            return Err(ENOMEM);
-        }
-        let header = core::mem::size_of::<RecvWqe>();
-        let mut n = 0u32;
-        for (i, sge) in sges.enumerate() {
-            self.rq
-                .write_at(index, header + i * core::mem::size_of::<Sge>(), &sge)?;
-            n += 1;
-        }
-        self.rq.write(
-            index,
-            &RecvWqe {
-                wr_id,
-                num_sge: n,
-                reserved: 0,
-            },
-        )?;
-        *producer = index.wrapping_add(1);
-        self.rq.store(RingIndex::Producer, *producer);
-        Ok(())
+        recv_wqe::post_kernel_recv(&self.rq, &mut producer, wr_id, sges)
     }
 
     /// After a kernel consumer posted: the QP acts on it from a work item, where its BH-safe

@@ -3,11 +3,45 @@
 //! works on the ring's copy, which the process may change at any time.
 
 use crate::{
-    kext::mmap::SharedRing,
+    kext::mmap::{RingIndex, SharedRing},
     limits,
     uapi::{RecvWqe, Sge},
     verbs::mr::PdId,
 };
+use kernel::prelude::*;
+
+/// Posts a kernel consumer's receive WQE for `wr_id` with the SGE list `sges` into `ring` (an
+/// RQ or an SRQ in kernel memory), whose producer index is `*producer`: the caller holds the
+/// lock that makes it the ring's only producer. ENOMEM if the ring is full.
+pub(crate) fn post_kernel_recv(
+    ring: &SharedRing,
+    producer: &mut u32,
+    wr_id: u64,
+    sges: impl Iterator<Item = Sge>,
+) -> Result {
+    let index = *producer;
+    let consumer = ring.load(RingIndex::Consumer);
+    if index.wrapping_sub(consumer) >= ring.geometry().slots() {
+        return Err(ENOMEM);
+    }
+    let header = core::mem::size_of::<RecvWqe>();
+    let mut n = 0u32;
+    for (i, sge) in sges.enumerate() {
+        ring.write_at(index, header + i * core::mem::size_of::<Sge>(), &sge)?;
+        n += 1;
+    }
+    ring.write(
+        index,
+        &RecvWqe {
+            wr_id,
+            num_sge: n,
+            reserved: 0,
+        },
+    )?;
+    *producer = index.wrapping_add(1);
+    ring.store(RingIndex::Producer, *producer);
+    Ok(())
+}
 
 /// A receive WQE taken from the RQ (or SRQ), and how far a message has filled it.
 pub(crate) struct RecvInProgress {

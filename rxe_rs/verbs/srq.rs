@@ -13,10 +13,10 @@ use crate::{
         object::Udata,
     },
     limits,
-    uapi::{recv_wqe_bytes, CreateSrqResp, MmapInfo, RecvWqe, RingGeometry, Sge},
+    uapi::{recv_wqe_bytes, CreateSrqResp, MmapInfo, RingGeometry, Sge},
     verbs::{
         mr::PdId,
-        recv_wqe::{read_recv_wqe, RecvInProgress, RqError},
+        recv_wqe::{self, read_recv_wqe, RecvInProgress, RqError},
     },
 };
 use kernel::prelude::*;
@@ -127,29 +127,7 @@ impl RxeSrq {
             return Err(EINVAL);
         }
         let mut producer = self.post.lock();
-        let index = *producer;
-        let consumer = self.ring.load(RingIndex::Consumer);
-        if index.wrapping_sub(consumer) >= self.ring.geometry().slots() {
-            return Err(ENOMEM);
-        }
-        let header = core::mem::size_of::<RecvWqe>();
-        let mut n = 0u32;
-        for (i, sge) in sges.enumerate() {
-            self.ring
-                .write_at(index, header + i * core::mem::size_of::<Sge>(), &sge)?;
-            n += 1;
-        }
-        self.ring.write(
-            index,
-            &RecvWqe {
-                wr_id,
-                num_sge: n,
-                reserved: 0,
-            },
-        )?;
-        *producer = index.wrapping_add(1);
-        self.ring.store(RingIndex::Producer, *producer);
-        Ok(())
+        recv_wqe::post_kernel_recv(&self.ring, &mut producer, wr_id, sges)
     }
 }
 
