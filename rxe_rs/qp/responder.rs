@@ -920,9 +920,11 @@ fn execute_flush(
     d: &Datagram<'_>,
     reth: Option<Reth>,
 ) -> core::result::Result<(), Failure> {
-    // A placement the QP does not grant (persistence: never), a READ credit, a malformed
-    // header: invalid request, as rdma_rxe; the R_Key's FLUSH right over the range (the whole
-    // region at its level: the range is not checked): access.
+    // A placement other than global visibility alone (persistence is never offered; rdma_rxe
+    // NAKs it as an access error, no MR having the right), no FLUSH right on the QP, no READ
+    // credit (IBTA counts FLUSH among them; rdma_rxe 6.12's requester does not), a malformed
+    // header: invalid request. The R_Key's FLUSH right over the range (the whole region at its
+    // level: the range is not checked): access.
     let feth = Feth::parse(d.ext_headers).ok_or(Failure::Invalid)?;
     let reth = reth.ok_or(Failure::Invalid)?;
     if feth.placement != PLACEMENT_GLOBAL || !s.attrs.access.contains(Access::FLUSH_GLOBAL) {
