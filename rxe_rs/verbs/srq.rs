@@ -160,7 +160,8 @@ pub(crate) fn take(
     }
     c.index = c.index.wrapping_add(1);
     srq.ring.store(RingIndex::Consumer, c.index);
-    let fire = c.limit != 0 && posted - 1 < c.limit;
+    // This take leaves `posted - 1`: fewer than the limit when `posted <= limit`.
+    let fire = c.limit != 0 && posted <= c.limit;
     if fire {
         c.limit = 0;
     }
