@@ -73,22 +73,45 @@ bench_case() {
 measure() {
 	local stack=$1 test=$2 size=$3 case=$4
 	shift 4
-	local sampler= cpu=$PAIR_RESULTS/cpu.$case
+	local sampler= profiler= cpu=$PAIR_RESULTS/cpu.$case
 	if [[ $test == *_bw ]]; then
 		python3 "$RXE_RS_ROOT/bench/cpu_sample.py" "$PAIR_DEV" >"$cpu.$PAIR_ROLE" &
 		sampler=$!
+		if [[ -n ${BENCH_PERF:-} ]]; then
+			perf record -a -g -e cpu-clock -o "$PAIR_RESULTS/perf.$case.$PAIR_ROLE.data" \
+				>/dev/null 2>&1 &
+			profiler=$!
+		fi
 	fi
 	pair_exchange "$case" "$test" -d "$DEV" -x "$GID" -F -s "$size" "$@"
 	local rc=$?
 	if [[ -n $sampler ]]; then
 		kill -TERM "$sampler"
 		wait "$sampler"
+		[[ -n $profiler ]] && profile_report "$case" "$profiler"
 		pair_barrier "$case-cpu"
 	fi
 	((rc == 0)) || return 1
 	[[ $PAIR_ROLE == a ]] && return 0
 	record "$stack" "$test" "$size"
 	[[ -n $sampler ]] && record_cpu "$stack" "$test$TAG" "$size" "$cpu"
+}
+
+# BENCH_PERF: each guest's profile of a bandwidth case (`perf record -a -g` while it ran), as
+# perf.CASE.ROLE.txt in the results: the symbols by their own share of the samples, then the
+# callers of the top ones.
+profile_report() {
+	local case=$1 profiler=$2 data=$PAIR_RESULTS/perf.$1.$PAIR_ROLE.data
+	kill -INT "$profiler"
+	wait "$profiler"
+	{
+		perf report -i "$data" --stdio --no-children --sort sym -g none 2>/dev/null |
+			grep -v '^$' | head -60
+		echo
+		perf report -i "$data" --stdio --no-children --sort sym -g caller,0.5,callee,function,percent \
+			--percent-limit 3 2>/dev/null | grep -v '^$' | head -300
+	} >"$PAIR_RESULTS/perf.$case.$PAIR_ROLE.txt"
+	rm -f "$data"
 }
 
 # Both guests' kernel CPU seconds per GB of payload: their kernel CPU shares (seconds per

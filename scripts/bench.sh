@@ -31,10 +31,12 @@ fi
 udp_drops() { awk '/^Udp:/ { getline; print $6; exit }' /proc/net/snmp; }
 drops_before=$(udp_drops)
 echo "bench: two VMs (bench kernel), perftest for rxe_rs then rdma_rxe, then iperf3; logs: $out"
-# BENCH_RUNS passes (median and spread reported), BENCH_CASES to run some cases only (see
+# BENCH_RUNS passes (median and spread reported), BENCH_CASES to run some cases only,
+# BENCH_MTUS the link MTUs, BENCH_PERF=1 a profile of each bandwidth case per guest (see
 # bench/guest.sh).
 runs=${BENCH_RUNS:-3}
-guest=(env BENCH_RUNS="$runs" BENCH_CASES="${BENCH_CASES:-}" bash "$RXE_RS_ROOT/bench/guest.sh")
+guest=(env BENCH_RUNS="$runs" BENCH_CASES="${BENCH_CASES:-}" BENCH_MTUS="${BENCH_MTUS:-1500 9000}"
+	BENCH_PERF="${BENCH_PERF:-}" bash "$RXE_RS_ROOT/bench/guest.sh")
 RXE_RS_MODULE=$out/rxe_rs.ko "$RXE_RS_ROOT/scripts/vm-pair.sh" --flavor bench --timeout $((600 + runs * 3000)) "$out" \
 	-- "${guest[@]}" -- "${guest[@]}" || true
 echo "bench: the link dropped $(($(udp_drops) - drops_before)) datagrams (host UDP receive buffers full; other host traffic counts too)"

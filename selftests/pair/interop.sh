@@ -2,7 +2,7 @@
 # RC and UD between two VMs (scripts/vm-pair.sh), in three pairings in one boot: rxe_rs on both
 # ends, rxe_rs (A) with the C rdma_rxe (B), and rdma_rxe (A) with rxe_rs (B). With rdma_rxe:
 # ibv_rc_pingpong with payload checking (-c) at 1 B..1 MiB, with and without completion events
-# (-e); perftest send/write/read bandwidth and latency, and a stream of 2000 small WRITEs;
+# (-e), and at a link MTU of 9000 (IB MTU 4096, with a READ stream); perftest send/write/read bandwidth and latency, and a stream of 2000 small WRITEs;
 # atomics (perftest's FETCH ADD and COMPARE SWAP, and pair_atomic.py's exact results); SRQs
 # (ibv_srq_pingpong -c over 4 QPs, perftest --use-srq over RC and UD); UC:
 # ibv_uc_pingpong -c, perftest WRITE bandwidth and SEND latency; ibv_ud_pingpong at 1 B and the MTU, perftest UD send bandwidth and latency, and pair_ud.py,
@@ -38,7 +38,7 @@ cases() {
 # and at 1 MiB, with and without events, bandwidth both ways (READ: responses from A), UD bytes
 # (pair_ud.py), rdma_cm across hosts (rping over IPv6, SIDR, a killed client's disconnect), and
 # the UC and SRQ pingpongs (guest/uc.py and guest/srq.py check the bytes over loopback).
-self_cases='^(ibv_rc_pingpong -c -s 1 |ibv_rc_pingpong -c -e -s 1048576|ib_(write|read)_bw -F|counted|pair_ud.py|cm (rping6|disconnect)$|ib_send_lat -c UD -R|ibv_uc_pingpong|ib_atomic_bw -F -A FETCH|pair_atomic.py|vlan |ibv_srq_pingpong)'
+self_cases='^(ibv_rc_pingpong -c -s 1 |jumbo |ibv_rc_pingpong -c -e -s 1048576|ib_(write|read)_bw -F|counted|pair_ud.py|cm (rping6|disconnect)$|ib_send_lat -c UD -R|ibv_uc_pingpong|ib_atomic_bw -F -A FETCH|pair_atomic.py|vlan |ibv_srq_pingpong)'
 
 all_cases() {
 	local size events t
@@ -73,6 +73,11 @@ all_cases() {
 	echo "ibv_srq_pingpong -c -s 4096 -q 4 -n 10"
 	echo "ib_send_bw --use-srq -F -s 16384 -n 20"
 	echo "ib_send_bw -c UD --use-srq -F -s 1024 -n 20"
+	# At a link MTU of 9000 (IB MTU 4096), where a full-sized frame spans several of the
+	# receiver's buffers and arrives in page fragments: SEND and READ responses, bytes checked
+	# by the pingpong (see jumbo_exchange).
+	echo "jumbo ibv_rc_pingpong -c -s 1048576 -m 4096 -n 3"
+	echo "jumbo ib_read_bw -F -s 65536 -m 4096 -n 20"
 	# A stream of small WRITEs, with the counters that show what it cost (counted_exchange).
 	echo "counted ib_write_bw -F -s 64 -n 2000"
 	# UC: nothing acknowledges it, so a packet the link loses (the host's socket buffer under
@@ -301,6 +306,28 @@ counted_exchange() {
 	echo "# $label: $doorbells send doorbells, $acks ACKs sent for $n WRITEs (in $((SECONDS - t0)) s)"
 }
 
+# ARGS at a link MTU of 9000 on both guests (back to 1500 after): both raise it and see their
+# port's active MTU follow before either sends, and put it back once both are done.
+jumbo_exchange() {
+	local label=$1 rc=0
+	shift
+	if ! { ip link set dev "$PAIR_DEV" mtu 9000 && wait_for 10 active_mtu_is 4096; }; then
+		echo "# $PAIR_DEV: MTU 9000 did not take ($(ibv_devinfo -d "$DEV" | grep -o 'active_mtu:.*'))"
+		: >"$PAIR_RESULTS/$PAIR_ROLE.$label-no-mtu9000"
+	fi
+	# Both sides go through every barrier, whatever failed, to stay in step; neither runs the
+	# exchange unless both links took the MTU.
+	pair_barrier "$label-mtu9000" || rc=1
+	[[ -e $PAIR_RESULTS/a.$label-no-mtu9000 || -e $PAIR_RESULTS/b.$label-no-mtu9000 ]] && rc=1
+	if ((rc == 0)); then
+		pair_exchange "$label" "$@" || rc=1
+	fi
+	pair_barrier "$label-done" || rc=1
+	ip link set dev "$PAIR_DEV" mtu 1500
+	return $rc
+}
+active_mtu_is() { ibv_devinfo -d "$DEV" | grep -Eq "active_mtu:[[:space:]]*$1 "; }
+
 # pair_ud.py as server (A) or client (B), on its own port.
 ud_data_exchange() {
 	local role=server
@@ -349,7 +376,7 @@ pairing() {
 	for line in "${lines[@]}"; do
 		read -r -a cmd <<<"$line"
 		gid_flag=-x
-		[[ ${cmd[0]} == ibv_*_pingpong ]] && gid_flag=-g
+		[[ ${cmd[0]} == ibv_*_pingpong || ${cmd[1]:-} == ibv_*_pingpong ]] && gid_flag=-g
 		if [[ -n $down ]]; then
 			ktap_test_fail "$label $line ($role): not run, a stack is not up"
 		elif [[ $line == "cm disconnect" ]]; then
@@ -363,6 +390,8 @@ pairing() {
 			check "$label ${cmd[*]:1} ($role)" counted_exchange "$label-counted" "$mine" "${cmd[1]}" -d "$DEV" -x "$GID" "${cmd[@]:2}"
 		elif [[ ${cmd[0]} == pair_ud.py ]]; then
 			PAIR_PORT=18701 check "$label pair_ud.py: UD bytes and echoes intact ($role)" pair_exchange "$label-ud-data" ud_data_exchange
+		elif [[ ${cmd[0]} == jumbo ]]; then
+			check "$label ${cmd[*]:1} at link MTU 9000 ($role)" jumbo_exchange "$label-$line" "${cmd[1]}" -d "$DEV" "$gid_flag" "$GID" "${cmd[@]:2}"
 		elif [[ ${cmd[0]} == vlan ]]; then
 			check "$label ${cmd[*]:1} on a VLAN GID ($role)" pair_exchange "$label-vlan" vlan_exchange "${cmd[@]:2}"
 		elif [[ ${cmd[0]} == pair_atomic.py ]]; then
