@@ -109,6 +109,44 @@ int rxe_rs_helper_skb_linearize(struct sk_buff *skb)
 	return skb_linearize(skb);
 }
 
+/*
+ * Readies a received skb to be read where it lies: the first `pull` bytes from data on (or all
+ * of them, if fewer) in its linear head, each page fragment addressable and not changing
+ * under us. An skb that cannot be read so (a frag list, unreadable, shared or highmem
+ * fragments) is made linear instead.
+ */
+int rxe_rs_helper_skb_prepare_rx(struct sk_buff *skb, unsigned int pull)
+{
+	int i;
+
+	/* Shared frags (spliced page cache looped back) may change while we read them. */
+	if (skb_has_frag_list(skb) || !skb_frags_readable(skb) || skb_has_shared_frag(skb))
+		return skb_linearize(skb);
+	for (i = 0; i < skb_shinfo(skb)->nr_frags; i++)
+		if (PageHighMem(skb_frag_page(&skb_shinfo(skb)->frags[i])))
+			return skb_linearize(skb);
+	return pskb_may_pull(skb, min(pull, skb->len)) ? 0 : -ENOMEM;
+}
+
+unsigned int rxe_rs_helper_skb_headlen(const struct sk_buff *skb)
+{
+	return skb_headlen(skb);
+}
+
+unsigned int rxe_rs_helper_skb_nr_frags(const struct sk_buff *skb)
+{
+	return skb_shinfo(skb)->nr_frags;
+}
+
+/* Where page fragment `i` of a prepared skb is mapped, and its size. */
+void *rxe_rs_helper_skb_frag(const struct sk_buff *skb, unsigned int i, unsigned int *size)
+{
+	const skb_frag_t *frag = &skb_shinfo(skb)->frags[i];
+
+	*size = skb_frag_size(frag);
+	return skb_frag_address(frag);
+}
+
 unsigned char *rxe_rs_helper_skb_network_header(const struct sk_buff *skb)
 {
 	return skb_network_header(skb);

@@ -40,6 +40,10 @@ void rxe_rs_helper_setup_udp_tunnel(struct net *net, struct socket *sock,
 				    int (*encap_rcv)(struct sock *sk, struct sk_buff *skb));
 void rxe_rs_helper_kfree_skb(struct sk_buff *skb);
 int rxe_rs_helper_skb_linearize(struct sk_buff *skb);
+int rxe_rs_helper_skb_prepare_rx(struct sk_buff *skb, unsigned int pull);
+unsigned int rxe_rs_helper_skb_headlen(const struct sk_buff *skb);
+unsigned int rxe_rs_helper_skb_nr_frags(const struct sk_buff *skb);
+void *rxe_rs_helper_skb_frag(const struct sk_buff *skb, unsigned int i, unsigned int *size);
 unsigned char *rxe_rs_helper_skb_network_header(const struct sk_buff *skb);
 struct net_device *rxe_rs_helper_skb_dev(const struct sk_buff *skb);
 

@@ -45,18 +45,20 @@ impl EncapReceiver for Receiver {
             };
             Some(dev)
         };
-        let ip = skb.ip_datagram();
+        // Read in place: headers in the skb's head, the payload maybe in page fragments.
+        let ip = skb.ip_datagram(packet::HEADER_BYTES_MAX);
         // Between QPs of this host, datagrams come back through `lo`: they belong to the device
         // on the netdev that owns their destination address. Only from a local source: a
         // packet routed in from elsewhere does not arrive on `lo`, and one that claims to must
         // not reach a device through this door.
-        let Some(dev) = dev.or_else(|| device_of_looped_back(lo.as_deref()?, ip.as_ref().ok()?))
+        let Some(dev) =
+            dev.or_else(|| device_of_looped_back(lo.as_deref()?, ip.as_ref().ok()?.head()))
         else {
             return;
         };
         let outcome = match ip {
             Err(_) => Counter::RcvdMalformed,
-            Ok(ip) => match packet::parse(ip, &dev.res.crc) {
+            Ok(ip) => match packet::parse_chunks(ip.chunks(), &dev.res.crc) {
                 Err(DropReason::Malformed) => Counter::RcvdMalformed,
                 Err(DropReason::BadIcrc) => Counter::RcvdIcrcErr,
                 Ok(d) if d.bth.dest_qp == limits::MULTICAST_QPN => {

@@ -9,6 +9,7 @@ use crate::{
     kext::mmap::RingIndex,
     proto::{
         atomic::parse_ack,
+        chunks::Chunks,
         completer::{on_aeth, unacknowledged_from, AckOutcome, AfterAck, RemoteError},
         headers::{Aeth, NakCode, Syndrome},
         opcode::{Opcode, Transport, AETH_BYTES},
@@ -307,7 +308,7 @@ fn scatter_answer(
     s: &mut QpLocked,
     index: u32,
     offset: u64,
-    data: &[u8],
+    data: Chunks<'_>,
 ) -> core::result::Result<(), Counter> {
     if let Err(status) = sgl::scatter(qp.res(), qp.pd, s.req.sges_of(index), offset, data) {
         qp.fail(s, index, status);
@@ -347,7 +348,7 @@ fn atomic_response(
         // An atomic acknowledge where a READ's responses belong.
         return Err(bad_response(qp, s, index));
     }
-    scatter_answer(qp, s, index, 0, &orig.to_ne_bytes())?;
+    scatter_answer(qp, s, index, 0, Chunks::of(&orig.to_ne_bytes()))?;
     answer_arrived(qp, s, index, psn, true);
     Ok(())
 }

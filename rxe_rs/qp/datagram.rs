@@ -13,6 +13,7 @@ use crate::{
     proto::{
         admit::pkeys_match,
         av::AddressVector,
+        chunks::Chunks,
         grh::{grh_of, GRH_BYTES},
         headers::{Bth, Deth},
         mtu::IbMtu,
@@ -177,8 +178,8 @@ fn receive_locked(qp: &QpInner, s: &mut QpLocked, d: &Datagram<'_>) -> Counter {
         }
         return Counter::RcvdUdDropped;
     }
-    let written =
-        responder::scatter(qp, recv, &grh).and_then(|()| responder::scatter(qp, recv, d.payload));
+    let written = responder::scatter(qp, recv, Chunks::of(&grh))
+        .and_then(|()| responder::scatter(qp, recv, d.payload));
     if let Err(status) = written {
         fail_recv(qp, s, status);
         return Counter::RcvdInvalidRequest;

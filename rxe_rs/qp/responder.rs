@@ -22,6 +22,7 @@ use crate::{
         admit::{admit, Refusal},
         atomic::{is_aligned, AtomicEth, AtomicOp, AtomicResult, AtomicResults, ATOMIC_BYTES},
         av::AddressVector,
+        chunks::Chunks,
         flush::{Feth, FlushLevel, PLACEMENT_GLOBAL},
         headers::{Aeth, Bth, NakCode, Reth, Syndrome, AETH_NO_CREDITS},
         opcode::{Opcode, Transport, FETH_BYTES},
@@ -201,7 +202,7 @@ pub(super) fn take_recv_wqe(
 pub(super) fn scatter(
     qp: &QpInner,
     recv: &mut RecvInProgress,
-    data: &[u8],
+    data: Chunks<'_>,
 ) -> core::result::Result<(), WcStatus> {
     let received = recv
         .received
@@ -808,8 +809,15 @@ pub(super) fn execute_write(
     }
     if n > 0 {
         let mr = qp.res().lookup_rkey(w.rkey).ok_or(Failure::Access)?;
-        mr.write(qp.pd, qp.serial, w.va, d.payload, Access::REMOTE_WRITE)
-            .map_err(|_| Failure::Access)?;
+        // The payload where the skb holds it, piece by piece; each piece's address from the
+        // bytes before it (never the end, which may be 2^64).
+        let mut done = 0u64;
+        for piece in d.payload.pieces() {
+            let va = w.va.checked_add(done).ok_or(Failure::Access)?;
+            mr.write(qp.pd, qp.serial, va, piece, Access::REMOTE_WRITE)
+                .map_err(|_| Failure::Access)?;
+            done = done.saturating_add(piece.len() as u64);
+        }
     }
     w.resid -= n;
     if w.resid > 0 {
@@ -889,7 +897,7 @@ fn execute_atomic_write(
         return Err(Failure::Invalid);
     }
     let reth = reth.ok_or(Failure::Invalid)?;
-    let value: [u8; 8] = d.payload.try_into().map_err(|_| Failure::Invalid)?;
+    let value: [u8; 8] = d.payload.to_array().ok_or(Failure::Invalid)?;
     if reth.dma_len != ATOMIC_BYTES || d.bth.pad != 0 || !is_aligned(reth.va) {
         return Err(Failure::Invalid);
     }

@@ -10,6 +10,7 @@
 
 use crate::{
     kext::ib::Access,
+    proto::chunks::Chunks,
     resources::Resources,
     uapi::{Sge, WcStatus},
     verbs::mr::{AccessError, KeyedMr, PdId},
@@ -70,16 +71,26 @@ pub(crate) fn gather(
     })
 }
 
-/// Writes `data` at `offset` of the memory `sges` names (a QP in PD `pd` writing its own MRs,
-/// which must grant local write).
+/// Writes `data` (a packet's payload, maybe in pieces) at `offset` of the memory `sges` names
+/// (a QP in PD `pd` writing its own MRs, which must grant local write).
 pub(crate) fn scatter(
     res: &Resources,
     pd: PdId,
     sges: &[Sge],
     offset: u64,
-    data: &[u8],
+    data: Chunks<'_>,
 ) -> Result<(), WcStatus> {
     for_each_piece(res, sges, offset, data.len(), |mr, addr, range| {
-        mr.write(pd, addr, &data[range], Access::LOCAL_WRITE)
+        let part = data
+            .sub(range.start, range.len())
+            .ok_or(AccessError::OutOfBounds)?;
+        // Each piece's address from the bytes before it (never the end, which may be 2^64).
+        let mut done = 0u64;
+        for piece in part.pieces() {
+            let at = addr.checked_add(done).ok_or(AccessError::OutOfBounds)?;
+            mr.write(pd, at, piece, Access::LOCAL_WRITE)?;
+            done = done.saturating_add(piece.len() as u64);
+        }
+        Ok(())
     })
 }

@@ -6,6 +6,8 @@
 //! little-endian after the payload. `crc` here is the raw register, without the inversions
 //! (as the kernel's `crc32_le`), so the kernel can plug its own implementation in.
 
+use super::chunks::Chunks;
+
 /// A raw CRC-32 (LE, reflected) register update: `crc32_le` in the kernel.
 pub trait Crc32 {
     /// Runs `data` through the register `crc`.
@@ -61,13 +63,20 @@ pub const UDP_HDR_BYTES: usize = 8;
 /// Returns the value whose little-endian bytes go on the wire. `None` if `packet` is not an
 /// IPv4 (20-byte header) or IPv6 datagram long enough to hold a BTH.
 pub fn icrc(crc: &impl Crc32, packet: &[u8]) -> Option<u32> {
-    let ip_len = match packet.first()? >> 4 {
+    icrc_of_chunks(crc, Chunks::of(packet))
+}
+
+/// [`icrc`] of a packet held in pieces, whose IP, UDP and base transport headers are all in
+/// the first (`None` if they are not).
+pub fn icrc_of_chunks(crc: &impl Crc32, packet: Chunks<'_>) -> Option<u32> {
+    let head = packet.head();
+    let ip_len = match head.first()? >> 4 {
         4 => IPV4_HDR_BYTES,
         6 => IPV6_HDR_BYTES,
         _ => return None,
     };
     let masked_len = ip_len + UDP_HDR_BYTES + super::opcode::BTH_BYTES;
-    let head = packet.get(..masked_len)?;
+    let head = head.get(..masked_len)?;
     let mut masked = [0u8; IPV6_HDR_BYTES + UDP_HDR_BYTES + super::opcode::BTH_BYTES];
     let m = &mut masked[..masked_len];
     m.copy_from_slice(head);
@@ -86,8 +95,11 @@ pub fn icrc(crc: &impl Crc32, packet: &[u8]) -> Option<u32> {
     m[ip_len + 6] = 0xff; // UDP checksum
     m[ip_len + 7] = 0xff;
     m[ip_len + UDP_HDR_BYTES + 4] = 0xff; // BTH resv8a (FECN, BECN, reserved)
-    let reg = crc.update(ICRC_SEED, m);
-    Some(!crc.update(reg, &packet[masked_len..]))
+    let rest = packet.sub(masked_len, packet.len().checked_sub(masked_len)?)?;
+    let reg = rest.pieces().fold(crc.update(ICRC_SEED, m), |reg, piece| {
+        crc.update(reg, piece)
+    });
+    Some(!reg)
 }
 
 #[cfg(test)]
@@ -134,6 +146,21 @@ mod tests {
             p[offset] ^= 1;
             assert_ne!(icrc(&SoftCrc32, &p), Some(base), "byte {offset}");
         }
+        // The same packet in pieces, cut anywhere after the masked headers.
+        for cut in 40..pkt.len() {
+            let rest: [&[u8]; 1] = [&pkt[cut..]];
+            assert_eq!(
+                icrc_of_chunks(&SoftCrc32, Chunks::new(&pkt[..cut], &rest)),
+                Some(base),
+                "cut at {cut}"
+            );
+        }
+        // Headers not all in the first piece.
+        let rest: [&[u8]; 1] = [&pkt[39..]];
+        assert_eq!(
+            icrc_of_chunks(&SoftCrc32, Chunks::new(&pkt[..39], &rest)),
+            None
+        );
         assert_eq!(icrc(&SoftCrc32, &pkt[..39]), None);
         let mut p = pkt;
         p[0] = 0x55;

@@ -9,6 +9,7 @@ pub mod addr;
 pub mod admit;
 pub mod atomic;
 pub mod av;
+pub mod chunks;
 pub mod completer;
 pub mod doorbell;
 pub mod flush;

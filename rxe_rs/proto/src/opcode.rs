@@ -110,6 +110,21 @@ pub const DETH_BYTES: usize = 8;
 /// ICRC size.
 pub const ICRC_BYTES: usize = 4;
 
+/// The most transport header bytes (BTH and extended headers) any opcode has.
+pub const MAX_HEADER_BYTES: usize = {
+    let mut max = 0;
+    let mut op = 0;
+    while op <= u8::MAX as usize {
+        if let Some(info) = Opcode(op as u8).info() {
+            if info.header_len() > max {
+                max = info.header_len();
+            }
+        }
+        op += 1;
+    }
+    max
+};
+
 impl OpInfo {
     /// Bytes of transport headers (BTH and every extended header), before the payload.
     pub const fn header_len(&self) -> usize {
@@ -433,6 +448,7 @@ mod tests {
                 continue;
             };
             assert!(info.header_len() >= BTH_BYTES);
+            assert!(info.header_len() <= MAX_HEADER_BYTES);
             // Only requests carry RETH/atomic headers, only responses carry AETH.
             assert!(!info.reth || info.is_request);
             assert!(!(info.aeth && info.is_request));

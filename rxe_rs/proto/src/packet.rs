@@ -5,8 +5,9 @@
 #![deny(clippy::arithmetic_side_effects)]
 
 use super::{
+    chunks::Chunks,
     headers::Bth,
-    icrc::{icrc, Crc32, IPV4_HDR_BYTES, IPV6_HDR_BYTES, UDP_HDR_BYTES},
+    icrc::{icrc_of_chunks, Crc32, IPV4_HDR_BYTES, IPV6_HDR_BYTES, UDP_HDR_BYTES},
     opcode::{OpInfo, BTH_BYTES, ICRC_BYTES},
 };
 
@@ -37,8 +38,8 @@ pub struct Datagram<'a> {
     pub info: OpInfo,
     /// The extended transport headers (after the BTH, before the payload).
     pub ext_headers: &'a [u8],
-    /// The payload, without pad.
-    pub payload: &'a [u8],
+    /// The payload, without pad (where the receiver's buffers hold it: maybe in pieces).
+    pub payload: Chunks<'a>,
 }
 
 fn be16(b: &[u8]) -> u16 {
@@ -79,64 +80,93 @@ pub fn destination_address(ip: &[u8]) -> Option<&[u8]> {
     }
 }
 
+/// Bytes of a datagram a receiver must hold in its first piece for [`parse_chunks`]: the
+/// largest IPv6, UDP and transport headers (or the whole datagram, if shorter).
+pub const HEADER_BYTES_MAX: usize = 128;
+const _: () =
+    assert!(IPV6_HDR_BYTES + UDP_HDR_BYTES + super::opcode::MAX_HEADER_BYTES <= HEADER_BYTES_MAX);
+
 /// Checks the IP datagram `ip` (from the IP header to the end of the buffer, which may be longer
 /// than the datagram) and returns its parts.
 pub fn parse<'a>(ip: &'a [u8], crc: &impl Crc32) -> Result<Datagram<'a>, DropReason> {
+    parse_chunks(Chunks::of(ip), crc)
+}
+
+/// [`parse`] of a datagram held in pieces (an skb's head and fragments), which may run past
+/// its end. Its headers must lie in the first piece (a datagram whose first piece holds less
+/// than [`HEADER_BYTES_MAX`] bytes of it, or all of it, may be dropped as malformed): only the
+/// payload, pad and ICRC are read from the others.
+pub fn parse_chunks<'a>(ip: Chunks<'a>, crc: &impl Crc32) -> Result<Datagram<'a>, DropReason> {
     use DropReason::Malformed;
-    let (ip_len, total) = match ip.first().map(|b| b >> 4) {
-        Some(4) if ip.len() >= IPV4_HDR_BYTES => {
+    let head = ip.head();
+    let (ip_len, total) = match head.first().map(|b| b >> 4) {
+        Some(4) if head.len() >= IPV4_HDR_BYTES => {
             // No IP options: neither rdma_rxe nor RoCE NICs send them.
-            if ip[0] & 0xf != 5 || ip[9] != 17 {
+            if head[0] & 0xf != 5 || head[9] != 17 {
                 return Err(Malformed);
             }
-            (IPV4_HDR_BYTES, be16(&ip[2..]) as usize)
+            (IPV4_HDR_BYTES, be16(&head[2..]) as usize)
         }
-        Some(6) if ip.len() >= IPV6_HDR_BYTES => {
-            if ip[6] != 17 {
+        Some(6) if head.len() >= IPV6_HDR_BYTES => {
+            if head[6] != 17 {
                 return Err(Malformed);
             }
             (
                 IPV6_HDR_BYTES,
-                IPV6_HDR_BYTES.saturating_add(be16(&ip[4..]).into()),
+                IPV6_HDR_BYTES.saturating_add(be16(&head[4..]).into()),
             )
         }
         _ => return Err(Malformed),
     };
-    let pkt = ip.get(..total).ok_or(Malformed)?;
-    let udp = pkt.get(ip_len..).ok_or(Malformed)?;
-    if udp.len() < UDP_HDR_BYTES + BTH_BYTES + ICRC_BYTES
-        || be16(&udp[4..]) as usize != udp.len()
+    let pkt = ip.sub(0, total).ok_or(Malformed)?;
+    let head = pkt.head();
+    // The UDP datagram's length, and its header from the first piece.
+    let udp_len = total.checked_sub(ip_len).ok_or(Malformed)?;
+    let udp = head.get(ip_len..).ok_or(Malformed)?;
+    if udp_len < UDP_HDR_BYTES + BTH_BYTES + ICRC_BYTES
+        || udp.len() < UDP_HDR_BYTES + BTH_BYTES
+        || be16(&udp[4..]) as usize != udp_len
         || be16(&udp[2..]) != ROCE_V2_PORT
     {
         return Err(Malformed);
     }
     let transport = &udp[UDP_HDR_BYTES..];
+    let transport_len = udp_len.saturating_sub(UDP_HDR_BYTES);
     let bth = Bth::parse(transport).ok_or(Malformed)?;
     let info = bth.op().info().ok_or(Malformed)?;
     let header_len = info.header_len();
-    let payload_end = transport
-        .len()
+    let ext_headers = transport.get(BTH_BYTES..header_len).ok_or(Malformed)?;
+    let payload_end = transport_len
         .checked_sub(ICRC_BYTES.saturating_add(bth.pad.into()))
         .filter(|&end| end >= header_len)
         .ok_or(Malformed)?;
-    let (body, wire_icrc) = pkt.split_at(pkt.len().saturating_sub(ICRC_BYTES));
-    let wire_icrc = u32::from_le_bytes([wire_icrc[0], wire_icrc[1], wire_icrc[2], wire_icrc[3]]);
-    if icrc(crc, body) != Some(wire_icrc) {
+    let body_len = total.saturating_sub(ICRC_BYTES);
+    let wire_icrc = pkt
+        .sub(body_len, ICRC_BYTES)
+        .and_then(|icrc| icrc.to_array())
+        .map(u32::from_le_bytes)
+        .ok_or(Malformed)?;
+    let body = pkt.sub(0, body_len).ok_or(Malformed)?;
+    if icrc_of_chunks(crc, body) != Some(wire_icrc) {
         return Err(DropReason::BadIcrc);
     }
     let (src_gid, dst_gid) = if ip_len == IPV4_HDR_BYTES {
-        (v4_mapped(&ip[12..16]), v4_mapped(&ip[16..20]))
+        (v4_mapped(&head[12..16]), v4_mapped(&head[16..20]))
     } else {
-        (gid_of(&ip[8..24]), gid_of(&ip[24..40]))
+        (gid_of(&head[8..24]), gid_of(&head[24..40]))
     };
+    let payload_start = ip_len
+        .saturating_add(UDP_HDR_BYTES)
+        .saturating_add(header_len);
+    let payload_len = payload_end.saturating_sub(header_len);
     Ok(Datagram {
-        ip_header: &ip[..ip_len],
+        ip_header: &head[..ip_len],
         src_gid,
         dst_gid,
         bth,
         info,
-        ext_headers: &transport[BTH_BYTES..header_len],
-        payload: &transport[header_len..payload_end],
+        ext_headers,
+        payload: pkt.sub(payload_start, payload_len).ok_or(Malformed)?,
     })
 }
 
@@ -145,7 +175,7 @@ pub fn parse<'a>(ip: &'a [u8], crc: &impl Crc32) -> Result<Datagram<'a>, DropRea
 mod tests {
     extern crate std;
     use super::*;
-    use crate::icrc::SoftCrc32;
+    use crate::icrc::{icrc, SoftCrc32};
     use std::vec::Vec;
 
     #[test]
@@ -195,7 +225,7 @@ mod tests {
     fn a_good_packet_parses() {
         let p = send_only(b"hello");
         let d = parse(&p, &SoftCrc32).unwrap();
-        assert_eq!(d.payload, b"hello");
+        assert!(d.payload == b"hello"[..]);
         assert_eq!(d.bth.dest_qp, 0x11);
         assert!(d.ext_headers.is_empty());
         // Trailing bytes after the datagram (Ethernet padding) are ignored.
