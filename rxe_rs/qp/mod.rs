@@ -430,7 +430,7 @@ impl QpInner {
             s.resp.start(new.rq_psn);
         }
         if next == QpState::Rts && cur == QpState::Rtr {
-            s.req.start(new.sq_psn);
+            s.req.start(new.sq_psn, new.path_mtu);
             s.comp.start(new.retry_cnt, new.rnr_retry);
             // What a kernel consumer posted before RTS goes now.
             self.run_requester(s);

@@ -154,9 +154,10 @@ impl Requester {
         self.yielded = false;
     }
 
-    /// Starts sending at `sq_psn` (move to RTS).
-    pub(crate) fn start(&mut self, sq_psn: Psn) {
+    /// Starts sending at `sq_psn` (move to RTS), in packets of `path_mtu`.
+    pub(crate) fn start(&mut self, sq_psn: Psn, path_mtu: IbMtu) {
         self.q.start(sq_psn);
+        self.window = SendWindow::for_path_mtu(path_mtu.bytes());
     }
 
     /// Every WQE that sent a packet is complete (SQD's "drained").
