@@ -565,8 +565,9 @@ impl QpInner {
         Ok(())
     }
 
-    /// A UC requester run that used up its budget (`Requester::yielded`) goes on from the
-    /// doorbell work item: nothing else would run it again, since nothing acknowledges UC.
+    /// A requester run that used up its budget (`Requester::yielded`) goes on from the
+    /// doorbell work item: for UC nothing else would run it again, since nothing acknowledges
+    /// UC (an RC run's next ACK would, later).
     /// Under the lock, outside RESET (which `detach` relies on).
     fn resume_later(self: &Arc<Self>, s: &mut QpLocked) {
         if core::mem::take(&mut s.req.yielded)

@@ -34,9 +34,10 @@ const _: () = assert!(MAX_READ_REQUESTS == limits::MAX_RD_ATOMIC as usize);
 /// the whole ring, so a QP's kernel memory does not grow with `max_send_wr`. More are fetched
 /// as these complete.
 const MAX_FETCHED: u32 = 256;
-/// UC packets sent per run: the rest goes from the doorbell work item (`Requester::yielded`),
-/// so that a long message never holds the QP's lock, and the CPU, for long.
-const UC_PACKETS_PER_RUN: u32 = 128;
+/// Packets sent per run: the rest goes from the doorbell work item (`Requester::yielded`), or
+/// for RC from the run the next ACK starts, so that a long message or a wide window never
+/// holds the QP's lock (BH off), and the CPU, for long, nor floods the local delivery queue.
+const PACKETS_PER_RUN: u32 = 128;
 
 /// How a send opcode is segmented.
 fn kind(opcode: u32) -> MessageKind {
@@ -480,7 +481,7 @@ pub(crate) fn run(qp: &QpInner, s: &mut QpLocked) -> RunEnd {
         return RunEnd::Idle;
     };
     let uc = qp.qp_type == QpType::Uc;
-    let mut uc_budget = UC_PACKETS_PER_RUN;
+    let mut budget = PACKETS_PER_RUN;
     let mut tx = None;
     while s.req.q.cur != s.req.q.fetched {
         let index = s.req.q.cur;
@@ -508,6 +509,11 @@ pub(crate) fn run(qp: &QpInner, s: &mut QpLocked) -> RunEnd {
             s.req.q.record_local_done(index);
             continue;
         }
+        if budget == 0 {
+            s.req.yielded = true;
+            break;
+        }
+        budget -= 1;
         let at = w.first_psn.add(w.sent);
         let unacked = at.diff(s.req.q.acked_psn).max(0) as u32;
         let limit = s.req.window.limit();
@@ -533,12 +539,7 @@ pub(crate) fn run(qp: &QpInner, s: &mut QpLocked) -> RunEnd {
             }
             part
         } else if uc {
-            // Nothing acknowledges UC: no window, a budget per run instead.
-            if uc_budget == 0 {
-                s.req.yielded = true;
-                break;
-            }
-            uc_budget -= 1;
+            // Nothing acknowledges UC: no window, only the budget.
             1
         } else if room == 0 {
             break;

@@ -247,9 +247,10 @@ def send_between_sge_lists(ctx):
 
 
 def large_write_then_read_back(ctx):
-    """256 KiB RDMA WRITE (256 packets, past the send window) then READ it back elsewhere."""
+    """1 MiB RDMA WRITE (1024 packets at a path MTU of 1024, past the send window and a
+    requester run's budget) then READ it back elsewhere."""
     a, b = pair(ctx)
-    size = 256 << 10
+    size = 1 << 20
     local = a.mr(2 * size)
     data = os.urandom(size)
     local.write(data, size, 0)
