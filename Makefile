@@ -42,11 +42,16 @@ kdir:
 	@echo $(KDIR)
 
 # Kbuild records command lines relative to the kernel tree, so objects (and our generated
-# bindings) built against another tree look up to date: switching trees starts from clean.
-module: $(KDIR_DEP)
+# bindings) built against another tree look up to date: switching trees (make bench builds
+# against the bench kernel) starts from clean, for the module and for clippy.
+define same_kdir
 	@if [[ -e $(ROOT)/rxe_rs.ko.kdir && "$$(cat $(ROOT)/rxe_rs.ko.kdir)" != "$(KDIR)" ]]; then \
-		echo "module: built for $$(cat $(ROOT)/rxe_rs.ko.kdir) before: cleaning"; $(KMAKE) clean >/dev/null; fi
+		echo "$@: built for $$(cat $(ROOT)/rxe_rs.ko.kdir) before: cleaning"; $(KMAKE) clean >/dev/null; fi
 	@echo $(KDIR) >$(ROOT)/rxe_rs.ko.kdir
+endef
+
+module: $(KDIR_DEP)
+	$(same_kdir)
 	$(KMAKE) modules
 
 provider:
@@ -61,6 +66,7 @@ lint: $(KDIR_DEP)
 	$(ROOT)/scripts/lint.sh
 
 clippy: $(KDIR_DEP)
+	$(same_kdir)
 	$(KMAKE) CLIPPY=1 CLIPPY_DRIVER=/usr/bin/clippy-driver modules
 
 clean:

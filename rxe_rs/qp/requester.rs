@@ -553,7 +553,8 @@ pub(crate) fn run(qp: &QpInner, s: &mut QpLocked) -> RunEnd {
             last_of_message: false, // send_packet knows
             window_edge: s.req.window.is_edge(unacked),
             unasked_before: s.req.noack_pkts,
-            next_follows: next_follows(s, index),
+            // Not past the run's budget: a message ending there asks for its ACK.
+            next_follows: budget > 0 && next_follows(s, index),
         };
         let sent = match tx.as_ref() {
             Some(t) => send_packet(
