@@ -182,7 +182,8 @@ impl ib::Driver for RxeDevice {
                 | DeviceCaps::MEM_WINDOW_TYPE_2B
                 | DeviceCaps::ATOMIC_WRITE
                 // No persistent memory behind our MRs: FLUSH for global visibility only.
-                | DeviceCaps::FLUSH_GLOBAL,
+                | DeviceCaps::FLUSH_GLOBAL
+                | DeviceCaps::SRQ_RESIZE,
             // `rdma link delete` is how users remove a soft device.
             KernelCaps::ALLOW_USER_UNREG,
             AtomicCap::Hca,
@@ -471,8 +472,8 @@ impl ib::Driver for RxeDevice {
         RxeSrq::new(pd.id, attr, udata).inspect_err(|_| dev.srqs.release())
     }
 
-    fn modify_srq(srq: &Srq<Self>, attr: &SrqAttr, mask: SrqAttrMask) -> Result {
-        srq.modify(attr, mask)
+    fn modify_srq(srq: &Srq<Self>, attr: &SrqAttr, mask: SrqAttrMask, udata: &Udata<'_>) -> Result {
+        srq.modify(attr, mask, udata)
     }
 
     fn query_srq(srq: &Srq<Self>, attr: &mut SrqAttr) -> Result {

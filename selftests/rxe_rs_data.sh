@@ -8,7 +8,7 @@
 # and retry_cnt honoured against a responder without receives or in ERR (guest/rc_recovery.py);
 # UC: SENDs and WRITEs intact, and what cannot be received (no receive, a bad R_Key, a packet
 # lost, a message cut short) dropped and counted with the QPs running on (guest/uc.py); SRQs
-# shared by QPs, their limit and last-WQE events, RNR and errnos (guest/srq.py);
+# shared by QPs, their limit and last-WQE events, resizes, RNR and errnos (guest/srq.py);
 # those packets, between QPs of this host, go to the receive path without crossing lo.
 source "$(dirname "$0")/guest/lib.sh"
 DEV=rxers0
@@ -22,7 +22,7 @@ scribbles=(rq_indices_scribbled rq_wqe_scribbled sq_indices_scribbled sq_wqe_scr
 recoveries=(rnr_retry_exhausted rnr_waits_for_a_receive retry_cnt_exhausted)
 ucs=(uc_send_write_imm_intact uc_no_receive_drops_the_message uc_bad_rkey_drops_the_write
 	uc_lost_and_cut_short_messages uc_long_write_sqd_and_a_big_batch uc_refuses_what_it_cannot_carry)
-srqs=(srq_shared_by_qps srq_limit_event srq_rnr_waits_for_a_post srq_last_wqe_and_destroy
+srqs=(srq_shared_by_qps srq_limit_event srq_resize srq_rnr_waits_for_a_post srq_last_wqe_and_destroy
 	srq_ud_short_wqe_completes_in_error srq_indices_scribbled)
 ktap_print_header
 ktap_set_plan $((${#checks[@]} + ${#scribbles[@]} + ${#recoveries[@]} + ${#ucs[@]} + ${#srqs[@]} + 2))

@@ -1,6 +1,6 @@
-//! Shared receive queues: created, armed and queried through the kernel; their ring is mapped
-//! here, and `ibv_post_srq_recv` writes into it as `ibv_post_recv` writes into a QP's RQ (no
-//! syscall: an SRQ has no error state whose WQEs the kernel must be told to flush).
+//! Shared receive queues: created, armed, resized and queried through the kernel; their ring
+//! is mapped here, and `ibv_post_srq_recv` writes into it as `ibv_post_recv` writes into a QP's
+//! RQ (no syscall: an SRQ has no error state whose WQEs the kernel must be told to flush).
 
 use crate::{
     ffi::{private::*, verbs::*},
@@ -8,7 +8,7 @@ use crate::{
     ring::MappedRing,
 };
 use core::ffi::c_int;
-use rxe_rs_uapi::{CreateSrqResp, RingGeometry};
+use rxe_rs_uapi::{CreateSrqResp, ModifySrqCmd, ModifySrqResp, RingGeometry};
 use std::{
     mem::{offset_of, size_of_val, MaybeUninit},
     sync::Mutex,
@@ -18,10 +18,9 @@ use std::{
 #[repr(C)]
 pub struct Srq {
     pub ibv: ibv_srq,
-    /// The receive ring (we produce).
-    ring: Option<MappedRing>,
-    /// Serialises producers.
-    lock: Mutex<()>,
+    /// The receive ring (we produce); `None` if a resize could not map the new one. The lock
+    /// serialises producers and keeps a resize out of a post.
+    ring: Mutex<Option<MappedRing>>,
     /// SGEs a WR may carry (what the kernel granted).
     max_sge: u32,
 }
@@ -49,8 +48,7 @@ pub unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_att
     let srq = Box::into_raw(Box::new(Srq {
         // SAFETY: plain C data, filled by libibverbs.
         ibv: unsafe { MaybeUninit::zeroed().assume_init() },
-        ring: None,
-        lock: Mutex::new(()),
+        ring: Mutex::new(None),
         max_sge: 0,
     }));
     let ibsrq = srq.cast::<ibv_srq>();
@@ -74,19 +72,14 @@ pub unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_att
         crate::set_errno(ret);
         return core::ptr::null_mut();
     }
-    let d = &resp.drv;
-    let geometry = RingGeometry {
-        log2_slots: d.log2_slots,
-        slot_size: d.slot_size,
-    };
     // SAFETY: `pd` and its context are valid.
     let fd = unsafe { (*(*pd).context).cmd_fd };
-    match MappedRing::map(fd, &d.ring, geometry) {
+    match map_ring(fd, &resp.drv) {
         Ok(ring) => {
             // SAFETY: `srq` is ours until returned; libibverbs wrote the granted sizes back
             // into `attr`.
             unsafe {
-                (*srq).ring = Some(ring);
+                *(*srq).ring.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(ring);
                 (*srq).max_sge = (*attr).attr.max_sge;
             }
             ibsrq
@@ -103,19 +96,62 @@ pub unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_att
     }
 }
 
-/// `ibv_modify_srq`: arms the limit (a resize is refused by the kernel).
+/// Maps the ring a create or resize response describes.
+fn map_ring(cmd_fd: c_int, resp: &CreateSrqResp) -> std::io::Result<MappedRing> {
+    let geometry = RingGeometry {
+        log2_slots: resp.log2_slots,
+        slot_size: resp.slot_size,
+    };
+    MappedRing::map(cmd_fd, &resp.ring, geometry)
+}
+
+/// The command of modify_srq: core part, then ours.
+#[repr(C)]
+#[derive(Default)]
+struct ModifySrqCmdFull {
+    core: ibv_modify_srq,
+    drv: ModifySrqCmd,
+}
+
+// The kernel reads our part right after the core command.
+const _: () = assert!(offset_of!(ModifySrqCmdFull, drv) == 24);
+
+/// `ibv_modify_srq`: arms the limit, or resizes: the kernel moves the WQEs not taken yet to a
+/// new ring and tells us where it is (at the address our command names); we map it in place of
+/// the old one.
 ///
 /// # Safety
 ///
-/// `srq` is ours; `attr` valid.
+/// `ibsrq` is ours; `attr` valid.
 pub unsafe extern "C" fn modify_srq(
-    srq: *mut ibv_srq,
+    ibsrq: *mut ibv_srq,
     attr: *mut ibv_srq_attr,
     mask: c_int,
 ) -> c_int {
-    let mut cmd = ibv_modify_srq::default();
-    // SAFETY: as documented; `cmd` is a local of the size passed.
-    unsafe { ibv_cmd_modify_srq(srq, attr, mask, &mut cmd, size_of_val(&cmd)) }
+    let srq = srq_of(ibsrq);
+    // (No post while the ring moves: its WQEs would be left behind.)
+    let mut ring = srq.ring.lock().unwrap_or_else(|e| e.into_inner());
+    let mut resp = ModifySrqResp::default();
+    let mut cmd = ModifySrqCmdFull::default();
+    cmd.drv.resp_addr = &raw mut resp as u64;
+    // SAFETY: as documented; `cmd` is a local of the size passed, the core part first, and
+    // `resp` outlives the call.
+    let ret = unsafe { ibv_cmd_modify_srq(ibsrq, attr, mask, &mut cmd.core, size_of_val(&cmd)) };
+    if ret != 0 || mask & IBV_SRQ_MAX_WR as c_int == 0 {
+        return ret;
+    }
+    // SAFETY: an SRQ of ours has a valid context.
+    match map_ring(unsafe { (*(*ibsrq).context).cmd_fd }, &resp) {
+        Ok(new) => {
+            *ring = Some(new);
+            0
+        }
+        Err(e) => {
+            // The kernel already reads the new ring: without it this SRQ takes no more posts.
+            *ring = None;
+            e.raw_os_error().unwrap_or(libc::ENOMEM)
+        }
+    }
 }
 
 /// `ibv_query_srq`.
@@ -155,12 +191,12 @@ pub unsafe extern "C" fn post_srq_recv(
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
     let srq = srq_of(ibsrq);
-    let Some(ring) = &srq.ring else {
+    let ring = srq.ring.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(ring) = ring.as_ref() else {
         // SAFETY: valid out-pointer.
         unsafe { *bad = wr };
         return libc::EINVAL;
     };
-    let _guard = srq.lock.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: the caller's list; we produce into the ring under its lock.
     let (ret, failed) = unsafe { fill_ring(ring, wr, srq.max_sge) };
     if ret != 0 {

@@ -350,6 +350,19 @@ impl SharedRing {
         Ok(())
     }
 
+    /// Copies slot `index` into slot `to_index` of `to`, a ring of the same slot size (a
+    /// resize moving what is queued).
+    pub(crate) fn copy_slot(&self, index: u32, to: &SharedRing, to_index: u32) -> Result {
+        let len = self.geometry.slot_size as usize;
+        let src = self.slot_ptr(index, 0, len)?;
+        let dst = to.slot_ptr(to_index, 0, len)?;
+        // SAFETY: both in bounds (checked against each ring's slot size); `copy` allows the
+        // two to overlap. A user writing the source meanwhile makes the copy garbage, which is
+        // validated when the slot is read, like anything in a user ring.
+        unsafe { core::ptr::copy(src, dst, len) };
+        Ok(())
+    }
+
     /// Copies `value` to `offset` of slot `index`.
     pub(crate) fn write_at<T: AsBytes>(&self, index: u32, offset: usize, value: &T) -> Result {
         let dst = self.slot_ptr(index, offset, core::mem::size_of::<T>())?;

@@ -103,7 +103,6 @@ impl Udata<'_> {
         unsafe { ((*self.raw).inlen, (*self.raw).outlen) }
     }
 
-    #[expect(dead_code, reason = "QP creation uses it")]
     /// Reads the driver command `T` (zero-extended if user space sent less).
     pub(crate) fn read<T: FromBytes + Default>(&self) -> Result<T> {
         let (inlen, _) = self.lens();
@@ -132,6 +131,23 @@ impl Udata<'_> {
         // SAFETY: valid udata; `outbuf` is a user pointer to `outlen` bytes.
         let ptr = unsafe { (*self.raw).outbuf } as usize;
         UserSlice::new(ptr, n).writer().write_slice(bytes)
+    }
+
+    /// Copies `value` to `addr` in the calling process: the answer of a verb whose write
+    /// command has no response, to an address its driver command names. EINVAL for a kernel
+    /// caller; EFAULT if the process cannot take it there.
+    pub(crate) fn write_to_user<T: AsBytes>(&self, addr: u64, value: &T) -> Result {
+        if self.raw.is_null() {
+            return Err(EINVAL);
+        }
+        let addr = usize::try_from(addr).map_err(|_| EFAULT)?;
+        // SAFETY: `T: AsBytes` has no padding: all its bytes are initialised.
+        let bytes = unsafe {
+            core::slice::from_raw_parts((value as *const T).cast::<u8>(), core::mem::size_of::<T>())
+        };
+        UserSlice::new(addr, bytes.len())
+            .writer()
+            .write_slice(bytes)
     }
 
     /// The user context of the calling process.

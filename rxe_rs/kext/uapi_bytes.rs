@@ -3,8 +3,8 @@
 //! padding (their sizes are asserted in `uapi/`), so they may be copied to and from user space.
 
 use crate::uapi::{
-    CqSlot, Cqe, CreateAhResp, CreateCqResp, CreateQpResp, CreateSrqResp, MmapInfo, RecvWqe,
-    SendWqe, Sge,
+    CqSlot, Cqe, CreateAhResp, CreateCqResp, CreateQpResp, CreateSrqResp, MmapInfo, ModifySrqCmd,
+    RecvWqe, SendWqe, Sge,
 };
 use kernel::types::{AsBytes, FromBytes};
 
@@ -23,6 +23,7 @@ plain_bytes!(
     CreateCqResp,
     CreateQpResp,
     CreateSrqResp,
+    ModifySrqCmd,
     Cqe,
     CqSlot,
     SendWqe,

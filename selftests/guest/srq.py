@@ -5,8 +5,9 @@ WQE once; what a user sees is checked: every byte, each wr_id once with its QP's
 limit event when fewer WQEs than the armed limit are left, not before (the limit disarmed by it), RNR waits
 for a WQE posted to the SRQ later, the last-WQE event when such a QP enters the error state
 while the SRQ goes on serving the others, a UD datagram too long for its WQE completing that
-WQE in error (not keeping it from the SRQ), and the errnos: ibv_post_recv on an attached QP, a
-limit above the SRQ's size, a resize.
+WQE in error (not keeping it from the SRQ), a resize (grown and shrunk with WQEs posted, which
+move to the new ring and receive in order), and the errnos: ibv_post_recv on an attached QP, a
+limit above the SRQ's size, a resize below the WQEs posted or the armed limit.
 
 Usage: srq.py DEVICE [CHECK...]   prints "ok NAME" or "not ok NAME: why" per check.
 """
@@ -123,15 +124,13 @@ def srq_shared_by_qps(ctx):
 def srq_limit_event(ctx):
     """Armed at 8 with 10 WQEs posted, the SRQ stays quiet while 8 are left and raises
     IBV_EVENT_SRQ_LIMIT_REACHED once 7 are; the limit then reads 0 (disarmed). A limit above
-    the SRQ's size is EINVAL; a resize is not offered (EOPNOTSUPP)."""
+    the SRQ's size is EINVAL."""
     srq, (receiver,) = shared_side(ctx, max_wr=16, count=1)
     sender = Side(ctx)
     connected(ctx, sender, receiver)
     size = srq.query().max_wr
     got = errno_of(lambda: srq.modify(SrqAttr(srq_limit=size + 1), e.IBV_SRQ_LIMIT))
     expect(got == errno.EINVAL, f"a limit of {size + 1} on an SRQ of {size}: errno {got}, want EINVAL")
-    got = errno_of(lambda: srq.modify(SrqAttr(max_wr=size * 2), e.IBV_SRQ_MAX_WR))
-    expect(got == errno.EOPNOTSUPP, f"resizing the SRQ: errno {got}, want EOPNOTSUPP")
     bufs = Buffers(receiver, 10)
     for wr_id in range(10):
         bufs.post(srq, wr_id)
@@ -150,6 +149,77 @@ def srq_limit_event(ctx):
     expect_status(receiver.completion("receive 2"), e.IBV_WC_SUCCESS, "receive")
     wait_event(ctx, e.IBV_EVENT_SRQ_LIMIT_REACHED, timeout=10)
     expect(srq.query().srq_limit == 0, f"after the event the limit reads {srq.query().srq_limit}, want 0")
+    del keep
+
+
+def srq_resize(ctx):
+    """ibv_modify_srq(IBV_SRQ_MAX_WR) with WQEs posted: 8 of 10 still posted, a shrink below 8
+    or below the armed limit is EINVAL and changes nothing; grown to 64 the SRQ holds 48 WQEs
+    (3x its old size), which one QP's 48 messages fill in posting order, every byte checked;
+    shrunk to 8 while empty it takes 8 and refuses a ninth (ENOMEM); a resize and a limit in
+    one call both apply. Each resize leaves the process one mapping of the SRQ's ring."""
+    from ring_scribble import uverbs_mappings
+    srq, (receiver,) = shared_side(ctx, max_wr=16, count=1)
+    sender = Side(ctx)
+    connected(ctx, sender, receiver)
+    expect(ctx.query_device().device_cap_flags & e.IBV_DEVICE_SRQ_RESIZE,
+           "the device does not advertise IBV_DEVICE_SRQ_RESIZE")
+    size = srq.query().max_wr
+    bufs = Buffers(receiver, 60)
+    keep, received = [], 0
+
+    def exchange(wr_ids):
+        nonlocal received
+        for wr_id in wr_ids:
+            keep.append(send(sender, pattern(MSG, 100 + received), wr_id=received))
+            expect_status(sender.completion(f"SEND {received}"), e.IBV_WC_SUCCESS, "SEND")
+            wc = receiver.completion(f"receive {received}")
+            expect_status(wc, e.IBV_WC_SUCCESS, "receive")
+            expect(wc.wr_id == wr_id, f"message {received} took WQE {wc.wr_id}, want {wr_id} (posting order)")
+            got = bufs.read(wr_id, MSG)
+            want = pattern(MSG, 100 + received)
+            expect(got == want, f"message {received} into WQE {wr_id}: data differs at byte {first_diff(got, want)}")
+            received += 1
+
+    def resize(max_wr, mask=e.IBV_SRQ_MAX_WR, **more):
+        before = uverbs_mappings()
+        srq.modify(SrqAttr(max_wr=max_wr, **more), mask)
+        after = uverbs_mappings()
+        expect(len(after) == len(before), f"resizing to {max_wr}: {len(before)} mappings of the device before, {len(after)} after")
+
+    for wr_id in range(10):
+        bufs.post(srq, wr_id)
+    exchange([0, 1])  # the ring's consumer index is not 0 when it moves
+    got = errno_of(lambda: srq.modify(SrqAttr(max_wr=4), e.IBV_SRQ_MAX_WR))
+    expect(got == errno.EINVAL, f"shrinking to 4 with 8 WQEs posted: errno {got}, want EINVAL")
+    srq.modify(SrqAttr(srq_limit=12), e.IBV_SRQ_LIMIT)
+    got = errno_of(lambda: srq.modify(SrqAttr(max_wr=8), e.IBV_SRQ_MAX_WR))
+    expect(got == errno.EINVAL, f"shrinking to 8 below the armed limit of 12: errno {got}, want EINVAL")
+    max_srq_wr = ctx.query_device().max_srq_wr
+    got = errno_of(lambda: srq.modify(SrqAttr(max_wr=max_srq_wr + 1), e.IBV_SRQ_MAX_WR))
+    expect(got == errno.EINVAL, f"growing past max_srq_wr {max_srq_wr}: errno {got}, want EINVAL")
+    attr = srq.query()
+    expect(attr.max_wr == size and attr.srq_limit == 12,
+           f"after refused resizes: max_wr {attr.max_wr} limit {attr.srq_limit}, want {size} and 12")
+    srq.modify(SrqAttr(srq_limit=0), e.IBV_SRQ_LIMIT)
+    resize(64)
+    expect(srq.query().max_wr >= 64, f"grown to 64, the SRQ reads max_wr {srq.query().max_wr}")
+    for wr_id in range(10, 50):
+        bufs.post(srq, wr_id)
+    exchange(range(2, 50))
+    resize(8)
+    expect(srq.query().max_wr == 8, f"shrunk to 8, the SRQ reads max_wr {srq.query().max_wr}")
+    for wr_id in range(50, 58):
+        bufs.post(srq, wr_id)
+    got = errno_of(lambda: bufs.post(srq, 58))
+    expect(got == errno.ENOMEM, f"a ninth WQE on an SRQ of 8: errno {got}, want ENOMEM")
+    resize(32, e.IBV_SRQ_MAX_WR | e.IBV_SRQ_LIMIT, srq_limit=20)
+    attr = srq.query()
+    expect(attr.max_wr == 32 and attr.srq_limit == 20, f"resized with a limit: max_wr {attr.max_wr} limit {attr.srq_limit}, want 32 and 20")
+    srq.modify(SrqAttr(srq_limit=0), e.IBV_SRQ_LIMIT)
+    exchange(range(50, 58))
+    n, _ = receiver.cq.poll(1)
+    expect(n == 0, "a receive completion too many")
     del keep
 
 
@@ -272,6 +342,7 @@ def srq_indices_scribbled(ctx):
 CHECKS = {
     "srq_shared_by_qps": srq_shared_by_qps,
     "srq_limit_event": srq_limit_event,
+    "srq_resize": srq_resize,
     "srq_rnr_waits_for_a_post": srq_rnr_waits_for_a_post,
     "srq_last_wqe_and_destroy": srq_last_wqe_and_destroy,
     "srq_ud_short_wqe_completes_in_error": srq_ud_short_wqe_completes_in_error,

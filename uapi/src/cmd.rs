@@ -67,6 +67,22 @@ pub struct CreateSrqResp {
 
 const _: () = assert!(core::mem::size_of::<CreateSrqResp>() == 24);
 
+/// Command of `modify_srq` (after the core command). The write command has no response, so a
+/// resize (`IBV_SRQ_MAX_WR`) answers through `resp_addr`: the kernel copies a
+/// [`ModifySrqResp`] there.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ModifySrqCmd {
+    /// The address of a [`ModifySrqResp`] in the caller's memory (unused without a resize).
+    pub resp_addr: u64,
+}
+
+/// What a resized SRQ's caller maps: the new ring, described as at creation. WQEs posted and
+/// not taken yet were copied to the start of it; the old ring is no longer read.
+pub type ModifySrqResp = CreateSrqResp;
+
+const _: () = assert!(core::mem::size_of::<ModifySrqCmd>() == 8);
+
 /// Response to `create_ah` (user address handles).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -454,11 +454,20 @@ impl<T: Driver> Adapter<T> {
         srq: *mut bindings::ib_srq,
         attr: *mut bindings::ib_srq_attr,
         mask: bindings::ib_srq_attr_mask,
-        _udata: *mut bindings::ib_udata,
+        udata: *mut bindings::ib_udata,
     ) -> kernel::ffi::c_int {
         from_result(|| {
-            // SAFETY: a live SRQ of ours and valid attributes.
-            unsafe { T::modify_srq(Srq::<T>::from_raw(srq), &*attr, SrqAttrMask::from_raw(mask))? };
+            // SAFETY: a live SRQ of ours, valid attributes, and the verb's driver udata (NULL
+            // for kernel callers).
+            unsafe {
+                let udata = Udata::from_raw(udata);
+                T::modify_srq(
+                    Srq::<T>::from_raw(srq),
+                    &*attr,
+                    SrqAttrMask::from_raw(mask),
+                    &udata,
+                )?
+            };
             Ok(0)
         })
     }

@@ -187,7 +187,7 @@ pub(crate) trait Driver: Sized + Send + Sync + 'static {
         udata: &Udata<'_>,
     ) -> Result<impl PinInit<Self::Srq, Error>>;
     /// Applies the attributes of `mask` (arms the limit, or resizes).
-    fn modify_srq(srq: &Srq<Self>, attr: &SrqAttr, mask: SrqAttrMask) -> Result;
+    fn modify_srq(srq: &Srq<Self>, attr: &SrqAttr, mask: SrqAttrMask, udata: &Udata<'_>) -> Result;
     /// Reports the SRQ's sizes and armed limit.
     fn query_srq(srq: &Srq<Self>, attr: &mut SrqAttr) -> Result;
     /// Destroys an SRQ no QP uses any more (dropped right after).
