@@ -128,16 +128,23 @@ pub unsafe extern "C" fn modify_srq(
     attr: *mut ibv_srq_attr,
     mask: c_int,
 ) -> c_int {
+    let mut cmd = ModifySrqCmdFull::default();
+    if mask & IBV_SRQ_MAX_WR as c_int == 0 {
+        // SAFETY: as documented; `cmd` is a local of the size passed, the core part first.
+        return unsafe {
+            ibv_cmd_modify_srq(ibsrq, attr, mask, (&raw mut cmd).cast(), size_of_val(&cmd))
+        };
+    }
     let srq = srq_of(ibsrq);
-    // (No post while the ring moves: its WQEs would be left behind.)
+    // No post while the ring moves: its WQEs would be left behind in the old one.
     let mut ring = srq.ring.lock().unwrap_or_else(|e| e.into_inner());
     let mut resp = ModifySrqResp::default();
-    let mut cmd = ModifySrqCmdFull::default();
     cmd.drv.resp_addr = &raw mut resp as u64;
     // SAFETY: as documented; `cmd` is a local of the size passed, the core part first, and
     // `resp` outlives the call.
-    let ret = unsafe { ibv_cmd_modify_srq(ibsrq, attr, mask, &mut cmd.core, size_of_val(&cmd)) };
-    if ret != 0 || mask & IBV_SRQ_MAX_WR as c_int == 0 {
+    let ret =
+        unsafe { ibv_cmd_modify_srq(ibsrq, attr, mask, (&raw mut cmd).cast(), size_of_val(&cmd)) };
+    if ret != 0 {
         return ret;
     }
     // SAFETY: an SRQ of ours has a valid context.

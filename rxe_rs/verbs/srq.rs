@@ -19,12 +19,16 @@ use crate::{
         recv_wqe::{self, read_recv_wqe, RecvInProgress, RqError},
     },
 };
-use kernel::prelude::*;
+use kernel::{
+    new_mutex,
+    prelude::*,
+    sync::{Arc, Mutex},
+};
 
 /// The ring and both sides' places in it.
 struct Queue {
-    /// Replaced by a resize.
-    ring: SharedRing,
+    /// Replaced by a resize (shared with it while it copies outside the lock).
+    ring: Arc<SharedRing>,
     /// A kernel consumer's producer index (a process keeps its own in the ring).
     kernel_producer: u32,
     /// The next WQE to take (free-running; the shared copy is only ever written from this).
@@ -42,6 +46,11 @@ pub(crate) struct RxeSrq {
     pub(crate) pd: PdId,
     /// SGEs a WQE may carry (a resize keeps it, and with it the slot size).
     max_sge: u32,
+    /// Created by a process (which produces into the ring itself), not a kernel consumer.
+    user: bool,
+    /// One resize at a time (the core lets `modify_srq` calls on one SRQ run together).
+    #[pin]
+    resizing: Mutex<()>,
     /// IRQ-safe: kernel consumers may post with interrupts off, and the receive softirqs of
     /// the attached QPs take WQEs under it.
     #[pin]
@@ -65,9 +74,13 @@ impl RxeSrq {
         attr.max_wr = ring.geometry().slots();
         attr.max_sge = max_sge;
         attr.srq_limit = 0;
+        let ring = Arc::new(ring, GFP_KERNEL_ACCOUNT)?;
+        let user = udata.ucontext().is_some();
         Ok(try_pin_init!(Self {
             pd,
             max_sge,
+            user,
+            resizing <- new_mutex!((), "rxe_rs_srq_resize"),
             queue <- new_spinlock_irq!(
                 Queue { ring, kernel_producer: 0, consumer: 0, limit: 0, broken: false },
                 "rxe_rs_srq"
@@ -75,46 +88,82 @@ impl RxeSrq {
         }))
     }
 
-    /// `modify_srq`: arms the limit, resizes, or both. A resize keeps the WQEs not taken yet
-    /// (EINVAL if the new ring cannot hold them, or the limit it would keep); a process gets
-    /// the new ring's place at the address its command names.
+    /// `modify_srq`: arms the limit, resizes, or both. The limit may not exceed the size the
+    /// SRQ has after the call (as asked, not rounded up).
     pub(crate) fn modify(&self, attr: &SrqAttr, mask: SrqAttrMask, udata: &Udata<'_>) -> Result {
         if !mask.within(SrqAttrMask::LIMIT.union(SrqAttrMask::MAX_WR)) {
             return Err(EINVAL);
         }
-        // The new ring, if a resize asks for one; after the swap, the old one.
-        let mut replacement = None;
-        if mask.contains(SrqAttrMask::MAX_WR) {
-            let resp_addr = match udata.ucontext() {
-                Some(_) => match udata.read::<ModifySrqCmd>()?.resp_addr {
-                    0 => return Err(EINVAL),
-                    addr => Some(addr),
-                },
-                None => None,
-            };
-            replacement = Some(new_ring(attr.max_wr, self.max_sge, udata, |resp| {
-                resp_addr.map_or(Ok(()), |addr| udata.write_to_user(addr, resp))
-            })?);
+        let new_limit = mask.contains(SrqAttrMask::LIMIT).then_some(attr.srq_limit);
+        if !mask.contains(SrqAttrMask::MAX_WR) {
+            let mut q = self.queue.lock();
+            let limit = new_limit.unwrap_or(q.limit);
+            if limit > q.ring.geometry().slots() {
+                return Err(EINVAL);
+            }
+            q.limit = limit;
+            return Ok(());
         }
-        // `replacement` is declared before the guard, so whichever ring is dropped goes after
-        // the lock is released (freeing a user ring removes its mmap entry: not under a spinlock).
-        let mut q = self.queue.lock();
-        let slots = replacement
-            .as_ref()
-            .map_or(q.ring.geometry().slots(), |r| r.geometry().slots());
-        let limit = if mask.contains(SrqAttrMask::LIMIT) {
-            attr.srq_limit
-        } else {
-            q.limit
+        let _one = self.resizing.lock();
+        self.resize(attr.max_wr, new_limit, udata)
+    }
+
+    /// Moves the SRQ to a new ring for at least `max_wr` WQEs, keeping the WQEs posted and not
+    /// taken yet, and arms `new_limit` if given. A process learns the new ring's place at the
+    /// address its command names. The WQEs are copied outside the lock (a whole ring of large
+    /// WQEs is megabytes: not a copy to make with interrupts off); under it, only what a
+    /// kernel consumer posted meanwhile. EINVAL, with nothing changed, if the WQEs posted or
+    /// the limit do not fit, or the process broke the indices or posted meanwhile.
+    fn resize(&self, max_wr: u32, new_limit: Option<u32>, udata: &Udata<'_>) -> Result {
+        let geometry = ring_geometry(max_wr, self.max_sge)?;
+        // What to copy, and refusals that need no allocation.
+        let (old, first, end) = {
+            let q = self.queue.lock();
+            let producer = q.ring.load(RingIndex::Producer);
+            let pending = q.ring.geometry().occupancy(producer, q.consumer);
+            if q.broken
+                || pending.map_or(true, |n| n > geometry.slots())
+                || new_limit.unwrap_or(q.limit) > max_wr
+            {
+                return Err(EINVAL);
+            }
+            (q.ring.clone(), q.consumer, producer)
         };
-        if limit > slots {
+        let resp_addr = match udata.ucontext() {
+            Some(_) => Some(udata.read::<ModifySrqCmd>()?.resp_addr),
+            None => None,
+        };
+        let new = new_ring(max_wr, self.max_sge, udata, |resp| {
+            resp_addr.map_or(Ok(()), |addr| udata.write_to_user(addr, resp))
+        })?;
+        // Old index `i` goes to new index `i - first`: the WQEs taken meanwhile are copied
+        // too, and stay behind the new consumer index.
+        copy_slots(&old, first, end, first, &new)?;
+        // Declared before the guard: the ring this swaps out (and any ring on an error path)
+        // is freed after the lock is released (freeing a user ring removes its mmap entry).
+        let mut new = Arc::new(new, GFP_KERNEL_ACCOUNT)?;
+        let mut q = self.queue.lock();
+        let producer = q.ring.load(RingIndex::Producer);
+        let old_geometry = q.ring.geometry();
+        let live = geometry.occupancy(producer.wrapping_sub(first), q.consumer.wrapping_sub(first));
+        if q.broken
+            || (self.user && producer != end)
+            || old_geometry.occupancy(producer, first).is_none()
+            || live.is_none()
+            || new_limit.unwrap_or(q.limit) > max_wr
+        {
             return Err(EINVAL);
         }
-        if let Some(ring) = replacement.as_mut() {
-            q.move_to(ring)?;
-            core::mem::swap(&mut q.ring, ring);
+        // A kernel consumer's posts since the first copy (fewer than the old ring holds).
+        copy_slots(&q.ring, end, producer, first, &new)?;
+        new.store(RingIndex::Consumer, q.consumer.wrapping_sub(first));
+        new.store(RingIndex::Producer, producer.wrapping_sub(first));
+        q.kernel_producer = producer.wrapping_sub(first);
+        q.consumer = q.consumer.wrapping_sub(first);
+        core::mem::swap(&mut q.ring, &mut new);
+        if let Some(limit) = new_limit {
+            q.limit = limit;
         }
-        q.limit = limit;
         Ok(())
     }
 
@@ -143,29 +192,23 @@ impl RxeSrq {
     }
 }
 
-impl Queue {
-    /// Copies the WQEs posted and not taken yet to the start of `to` (empty, as new, with the
-    /// same slot size) and makes this queue's places fit it. EINVAL if they do not fit, or if
-    /// the process broke the indices; then nothing changed.
-    fn move_to(&mut self, to: &SharedRing) -> Result {
-        let producer = self.ring.load(RingIndex::Producer);
-        let pending = self
-            .ring
-            .geometry()
-            .occupancy(producer, self.consumer)
-            .ok_or(EINVAL)?;
-        if self.broken || pending > to.geometry().slots() {
-            return Err(EINVAL);
-        }
-        for i in 0..pending {
-            self.ring.copy_slot(self.consumer.wrapping_add(i), to, i)?;
-        }
-        // The new ring's consumer index is 0 (fresh, zeroed memory).
-        to.store(RingIndex::Producer, pending);
-        self.kernel_producer = pending;
-        self.consumer = 0;
-        Ok(())
+/// Copies the slots `[from, to)` of `old` to `new`, old index `i` to new index `i - base`.
+/// The caller bounds `to - from` by the old ring's size.
+fn copy_slots(old: &SharedRing, from: u32, to: u32, base: u32, new: &SharedRing) -> Result {
+    let mut i = from;
+    while i != to {
+        old.copy_slot(i, new, i.wrapping_sub(base))?;
+        i = i.wrapping_add(1);
     }
+    Ok(())
+}
+
+/// The shape of a ring for at least `max_wr` WQEs of `max_sge` SGEs.
+fn ring_geometry(max_wr: u32, max_sge: u32) -> Result<RingGeometry> {
+    if max_wr == 0 || max_wr > limits::MAX_SRQ_WR {
+        return Err(EINVAL);
+    }
+    Ok(RingGeometry::for_entries(max_wr, recv_wqe_bytes(max_sge)))
 }
 
 /// A ring for at least `max_wr` WQEs of `max_sge` SGEs; for a process, mappable by it and
@@ -176,10 +219,7 @@ fn new_ring(
     udata: &Udata<'_>,
     tell: impl FnOnce(&CreateSrqResp) -> Result,
 ) -> Result<SharedRing> {
-    if max_wr == 0 || max_wr > limits::MAX_SRQ_WR {
-        return Err(EINVAL);
-    }
-    let geometry = RingGeometry::for_entries(max_wr, recv_wqe_bytes(max_sge));
+    let geometry = ring_geometry(max_wr, max_sge)?;
     let Some(ctx) = udata.ucontext() else {
         return SharedRing::new_kernel(geometry);
     };

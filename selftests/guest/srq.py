@@ -153,11 +153,12 @@ def srq_limit_event(ctx):
 
 
 def srq_resize(ctx):
-    """ibv_modify_srq(IBV_SRQ_MAX_WR) with WQEs posted: 8 of 10 still posted, a shrink below 8
-    or below the armed limit is EINVAL and changes nothing; grown to 64 the SRQ holds 48 WQEs
-    (3x its old size), which one QP's 48 messages fill in posting order, every byte checked;
-    shrunk to 8 while empty it takes 8 and refuses a ninth (ENOMEM); a resize and a limit in
-    one call both apply. Each resize leaves the process one mapping of the SRQ's ring."""
+    """ibv_modify_srq(IBV_SRQ_MAX_WR) with WQEs posted: with 8 posted across the end of the
+    ring (slots 12..15 and 0..3 of 16), a shrink below 8, or below the armed limit of 12 (to 9,
+    which would round up to 16), is EINVAL and changes nothing; grown to 64 the SRQ holds 48
+    WQEs (3x its old size), which one QP's 48 messages fill in posting order, every byte
+    checked; shrunk to 8 while empty it takes 8 and refuses a ninth (ENOMEM); a resize and a
+    limit in one call both apply. Each resize leaves the process one mapping of the ring."""
     from ring_scribble import uverbs_mappings
     srq, (receiver,) = shared_side(ctx, max_wr=16, count=1)
     sender = Side(ctx)
@@ -165,7 +166,7 @@ def srq_resize(ctx):
     expect(ctx.query_device().device_cap_flags & e.IBV_DEVICE_SRQ_RESIZE,
            "the device does not advertise IBV_DEVICE_SRQ_RESIZE")
     size = srq.query().max_wr
-    bufs = Buffers(receiver, 60)
+    bufs = Buffers(receiver, 70)
     keep, received = [], 0
 
     def exchange(wr_ids):
@@ -187,14 +188,17 @@ def srq_resize(ctx):
         after = uverbs_mappings()
         expect(len(after) == len(before), f"resizing to {max_wr}: {len(before)} mappings of the device before, {len(after)} after")
 
-    for wr_id in range(10):
+    expect(size == 16, f"an SRQ for 16 WQEs has {size} slots")
+    for wr_id in range(14):
         bufs.post(srq, wr_id)
-    exchange([0, 1])  # the ring's consumer index is not 0 when it moves
+    exchange(range(12))
+    for wr_id in range(14, 20):
+        bufs.post(srq, wr_id)  # 8 posted, from slot 12 across the end to slot 3
     got = errno_of(lambda: srq.modify(SrqAttr(max_wr=4), e.IBV_SRQ_MAX_WR))
     expect(got == errno.EINVAL, f"shrinking to 4 with 8 WQEs posted: errno {got}, want EINVAL")
     srq.modify(SrqAttr(srq_limit=12), e.IBV_SRQ_LIMIT)
-    got = errno_of(lambda: srq.modify(SrqAttr(max_wr=8), e.IBV_SRQ_MAX_WR))
-    expect(got == errno.EINVAL, f"shrinking to 8 below the armed limit of 12: errno {got}, want EINVAL")
+    got = errno_of(lambda: srq.modify(SrqAttr(max_wr=9), e.IBV_SRQ_MAX_WR))
+    expect(got == errno.EINVAL, f"resizing to 9, below the armed limit of 12: errno {got}, want EINVAL")
     max_srq_wr = ctx.query_device().max_srq_wr
     got = errno_of(lambda: srq.modify(SrqAttr(max_wr=max_srq_wr + 1), e.IBV_SRQ_MAX_WR))
     expect(got == errno.EINVAL, f"growing past max_srq_wr {max_srq_wr}: errno {got}, want EINVAL")
@@ -204,20 +208,20 @@ def srq_resize(ctx):
     srq.modify(SrqAttr(srq_limit=0), e.IBV_SRQ_LIMIT)
     resize(64)
     expect(srq.query().max_wr >= 64, f"grown to 64, the SRQ reads max_wr {srq.query().max_wr}")
-    for wr_id in range(10, 50):
+    for wr_id in range(20, 60):
         bufs.post(srq, wr_id)
-    exchange(range(2, 50))
+    exchange(range(12, 60))
     resize(8)
     expect(srq.query().max_wr == 8, f"shrunk to 8, the SRQ reads max_wr {srq.query().max_wr}")
-    for wr_id in range(50, 58):
+    for wr_id in range(60, 68):
         bufs.post(srq, wr_id)
-    got = errno_of(lambda: bufs.post(srq, 58))
+    got = errno_of(lambda: bufs.post(srq, 68))
     expect(got == errno.ENOMEM, f"a ninth WQE on an SRQ of 8: errno {got}, want ENOMEM")
     resize(32, e.IBV_SRQ_MAX_WR | e.IBV_SRQ_LIMIT, srq_limit=20)
     attr = srq.query()
     expect(attr.max_wr == 32 and attr.srq_limit == 20, f"resized with a limit: max_wr {attr.max_wr} limit {attr.srq_limit}, want 32 and 20")
     srq.modify(SrqAttr(srq_limit=0), e.IBV_SRQ_LIMIT)
-    exchange(range(50, 58))
+    exchange(range(60, 68))
     n, _ = receiver.cq.poll(1)
     expect(n == 0, "a receive completion too many")
     del keep
