@@ -181,8 +181,9 @@ impl ib::Driver for RxeDevice {
                 | DeviceCaps::MEM_WINDOW
                 | DeviceCaps::MEM_WINDOW_TYPE_2B
                 | DeviceCaps::ATOMIC_WRITE
-                // No persistent memory behind our MRs: FLUSH for global visibility only.
+                // For persistence, only over MRs on persistent memory (device DAX).
                 | DeviceCaps::FLUSH_GLOBAL
+                | DeviceCaps::FLUSH_PERSISTENT
                 | DeviceCaps::SRQ_RESIZE,
             // `rdma link delete` is how users remove a soft device.
             KernelCaps::ALLOW_USER_UNREG,
@@ -502,7 +503,8 @@ impl ib::Driver for RxeDevice {
     ) -> Result<(RxeMr, u32)> {
         mr::check_access(access)?;
         mr::check_range(iova, len, limits::MAX_MR_SIZE)?;
-        let memory = dev.pin_user_memory(start, len, access)?;
+        let mut memory = dev.pin_user_memory(start, len, access)?;
+        mr::check_persistence(access, &mut memory)?;
         dev.insert_mr(MrInner::new(
             pd.id,
             MrKind::Fixed(FixedRegion {
@@ -517,6 +519,10 @@ impl ib::Driver for RxeDevice {
 
     fn get_dma_mr(dev: &Device<Self>, pd: &Pd<Self>, access: Access) -> Result<(RxeMr, u32)> {
         mr::check_access(access)?;
+        // All of kernel memory is not persistent memory.
+        if access.contains(Access::FLUSH_PERSISTENT) {
+            return Err(EINVAL);
+        }
         dev.insert_mr(MrInner::new(
             pd.id,
             MrKind::Fixed(FixedRegion {
@@ -574,16 +580,19 @@ impl ib::Driver for RxeDevice {
         old.begin_dereg()?;
         // Pinned again, with the rights the new access needs; the old pages stay pinned
         // until the old state is dropped.
-        let new = dev.pin_user_memory(start, len, access).and_then(|memory| {
-            let kind = MrKind::Fixed(FixedRegion {
-                key_byte: region.key_byte,
-                iova,
-                len,
-                access,
-                backing: Backing::User(memory),
+        let new = dev
+            .pin_user_memory(start, len, access)
+            .and_then(|mut memory| {
+                mr::check_persistence(access, &mut memory)?;
+                let kind = MrKind::Fixed(FixedRegion {
+                    key_byte: region.key_byte,
+                    iova,
+                    len,
+                    access,
+                    backing: Backing::User(memory),
+                });
+                Ok(Arc::new(MrInner::new(pd, kind), GFP_KERNEL_ACCOUNT)?)
             });
-            Ok(Arc::new(MrInner::new(pd, kind), GFP_KERNEL_ACCOUNT)?)
-        });
         let new = match new {
             Ok(new) => new,
             Err(e) => {

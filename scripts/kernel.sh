@@ -13,7 +13,7 @@ action=${1:?usage: kernel.sh path|build [debug|bench]}
 flavor=${2:-debug}
 frags=("$RXE_RS_ROOT"/kernel-config/{vm,rdma,lean}.config)
 case $flavor in
-debug) frags+=("$RXE_RS_ROOT/kernel-config/debug.config") ;;
+debug) frags+=("$RXE_RS_ROOT"/kernel-config/{debug,pmem}.config) ;;
 bench) ;;
 *) echo "kernel.sh: unknown flavor $flavor" >&2; exit 2 ;;
 esac

@@ -17,6 +17,8 @@ APT_PACKAGES=(
 	python3-pyverbs rdmacm-utils iproute2 iperf3 ethtool procps tcpdump iputils-ping
 	# NVMe over Fabrics: the host's tools and the I/O checker
 	nvme-cli fio
+	# the guests' persistent memory as device DAX (FLUSH for persistence)
+	ndctl
 	# benchmark plot
 	gnuplot-nox
 )

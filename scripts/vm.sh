@@ -93,6 +93,14 @@ for i in "${!nics[@]}"; do
 	qemu_opts+=" -device virtio-net-pci,netdev=rxenet$i,mac=$mac"
 done
 
+# The debug kernel's guests have 128 MiB of persistent memory: a QEMU NVDIMM (ACPI NFIT),
+# which the FLUSH for persistence tests map as device DAX (selftests/guest/lib.sh: pmem_dax).
+# Backed by host RAM, and only the pages a test touches.
+if [[ $flavor == debug ]]; then
+	qemu_opts+=" -machine nvdimm=on -m $memory,slots=2,maxmem=64G"
+	qemu_opts+=" -object memory-backend-ram,id=rxepmem,size=128M -device nvdimm,id=rxenvdimm,memdev=rxepmem"
+fi
+
 cmd=$(printf '%q ' "$@")
 exec timeout --kill-after=10 "$timeout_s" "${vng_base[@]}" $(accel_flag) "${rwdirs[@]}" \
 	${qemu_opts:+--qemu-opts "$qemu_opts"} \

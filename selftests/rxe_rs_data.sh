@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
-# Data integrity: RDMA WRITE, READ and SEND between SGE lists over several MRs, checked byte
+# Data integrity: RDMA WRITE, READ and SEND between SGE lists over several MRs (and into an MR on
+# persistent memory, the guest NVDIMM as device DAX), checked byte
 # for byte (also posted with the ibv_wr_* API); ibv_resize_cq with completions waiting; SQD
 # draining; a batch of small WRITEs asking for 2 ACKs, not one each; remote accesses with a wrong rkey, without the right or out of bounds failing with
 # REM_ACCESS_ERR without touching memory (guest/rdma_data.py, two QPs over loopback); garbage
@@ -14,6 +15,7 @@ source "$(dirname "$0")/guest/lib.sh"
 DEV=rxers0
 
 checks=(write_sge_list_to_mr_end read_into_sge_list send_between_sge_lists large_write_then_read_back
+	write_into_persistent_memory
 	resize_cq_keeps_pending_completions sqd_drains_then_resumes wr_api_batch batch_asks_two_acks
 	write_wrong_rkey read_wrong_rkey write_past_mr_end read_before_mr_start write_without_remote_write)
 # A process writing garbage to its own rings fails only its own QP or CQ (guest/ring_scribble.py).
@@ -31,6 +33,9 @@ make_veth veth0 veth1 10.11.0.1/24
 rdma link add "$DEV" type rxe_rs netdev veth0
 wait_for 30 gid_present "$DEV" "0000:0000:0000:0000:0000:ffff:0a0b:0001"
 
+# write_into_persistent_memory's MR: the guest's NVDIMM as device DAX.
+RXE_RS_PMEM=$(pmem_dax) || RXE_RS_PMEM=/dev/no-pmem
+export RXE_RS_PMEM
 counter() { hw_counter "$DEV" "$1"; }
 lo_rx() { cat /sys/class/net/lo/statistics/rx_packets; }
 lo_before=$(lo_rx) sent_before=$(counter sent_pkts)

@@ -8,7 +8,7 @@ DEV=rxers0
 here=$(dirname "$0")
 
 ktap_print_header
-ktap_set_plan 30
+ktap_set_plan 32
 reset_or_bail
 ip netns del rxpeer 2>/dev/null
 ip netns add rxpeer
@@ -171,22 +171,32 @@ check "an ATOMIC WRITE stores its 8 bytes; its repeat is answered, and stores no
 check "a misaligned atomic is NAKed (invalid request)" test "$(reply_lines 9,10)" = "reply 0x11 6 0x61;no more replies;"
 reap "$ATOMIC_PID"
 
-# FLUSH (IBTA 1.5, global visibility), answered by an empty READ response: over a range of an MR
+# FLUSH (IBTA 1.5), answered by an empty READ response. Global visibility: over a range of an MR
 # that grants it, over the whole region (its RETH's VA and length then ignored), and a repeat,
-# answered again. Persistence is not offered (no persistent memory behind our MRs): invalid
-# request. An MR without the FLUSH right: remote access error. A QP without it: invalid.
-coproc FLUSH { /usr/bin/python3 -u "$here/guest/flush_target.py" "$DEV" "$gid" "$peer_gid"; }
-read -r -t 300 fqp1 fqp2 fqp3 frkey1 fva1 frkey2 fva2 <&"${FLUSH[0]}"
+# answered again. Persistence, over an MR on persistent memory (the guest's NVDIMM as device
+# DAX) that grants it: a range, and the whole region for both placements; over an MR that
+# grants only global visibility: remote access error. An MR of ordinary memory cannot get the
+# persistent right (EINVAL, as with rdma_rxe). A QP without the right asked for: invalid
+# request. An MR without the FLUSH right: remote access error.
+dax=$(pmem_dax) || dax=/dev/no-pmem
+echo "# persistent memory: $dax"
+coproc FLUSH { /usr/bin/python3 -u "$here/guest/flush_target.py" "$DEV" "$gid" "$peer_gid" "$dax"; }
+read -r -t 300 fqp1 fqp2 fqp3 frkey1 fva1 frkey2 fva2 fqp4 frkey4 fva4 frkey5 fva5 refused <&"${FLUSH[0]}"
 flush1=$(REPLIES=5 send "$fqp1" "flush:0:$fva1:$frkey1:64:1:0,flush:1:0:$frkey1:0:1:1,flush:0:$fva1:$frkey1:64:1:0,flush:2:$fva1:$frkey1:64:2:0" | tr '\n' ';')
 flush2=$(REPLIES=2 send "$fqp2" "flush:0:$fva2:$frkey2:64:1:0" | tr '\n' ';')
 flush3=$(REPLIES=2 send "$fqp3" "flush:0:$fva1:$frkey1:64:1:0" | tr '\n' ';')
-echo "# FLUSH replies: $flush1 | $flush2 | $flush3"
+flush4=$(REPLIES=4 send "$fqp4" "flush:0:$((fva4 + 4096)):$frkey4:8192:2:0,flush:1:0:$frkey4:0:3:1,flush:2:$fva5:$frkey5:64:2:0" | tr '\n' ';')
+echo "# FLUSH replies: $flush1 | $flush2 | $flush3 | $flush4"
 echo >&"${FLUSH[1]}"
 check "FLUSH of a range and of a whole region: empty READ responses; a repeat is answered again" \
 	test "${flush1%%reply 0x11*}" = "reply 0x10 0 0x1f;reply 0x10 1 0x1f;reply 0x10 0 0x1f;"
-check "FLUSH for persistence (not offered): invalid request" test "${flush1#*0x1f;*0x1f;*0x1f;}" = "reply 0x11 2 0x61;no more replies;"
+check "FLUSH for persistence by a QP that grants only global visibility: invalid request" \
+	test "${flush1#*0x1f;*0x1f;*0x1f;}" = "reply 0x11 2 0x61;no more replies;"
 check "FLUSH of an MR without the FLUSH right: remote access error; by a QP without it: invalid request" \
 	test "$flush2|$flush3" = "reply 0x11 0 0x62;no more replies;|reply 0x11 0 0x61;no more replies;"
+check "FLUSH for persistence of an MR on persistent memory (a range; the region, both placements): empty READ responses; of an MR without the right: remote access error" \
+	test "$flush4" = "reply 0x10 0 0x1f;reply 0x10 1 0x1f;reply 0x11 2 0x62;no more replies;"
+check "an MR of ordinary memory with the persistent FLUSH right: EINVAL" test "$refused" = 22
 reap "$FLUSH_PID"
 
 # Random datagrams, twice: random bytes after the UDP header (the ICRC check drops nearly all),

@@ -6,6 +6,8 @@
 #include <linux/mutex.h>
 #include <linux/vmalloc.h>
 #include <linux/highmem.h>
+#include <linux/ioport.h>
+#include <linux/libnvdimm.h>
 #include <linux/scatterlist.h>
 #include <net/net_namespace.h>
 #include <net/netns/generic.h>
@@ -250,16 +252,44 @@ struct page *rxe_rs_helper_kva_page(u64 addr)
 	return ib_virt_dma_to_page(addr);
 }
 
-/* Copies len bytes between buf and page at offset (within one page). */
-void rxe_rs_helper_page_copy(struct page *page, size_t offset, void *buf, size_t len, bool to_page)
+/* Copies len bytes between buf and page at offset (within one page): how 0 out of the page, 1
+ * into it, 2 into it bypassing the CPU caches (persistent memory: memcpy_flushcache, so that a
+ * FLUSH for persistence only has to order what was placed). */
+void rxe_rs_helper_page_copy(struct page *page, size_t offset, void *buf, size_t len, int how)
 {
 	void *va = kmap_local_page(page);
 
-	if (to_page)
+	if (how == 2)
+		memcpy_flushcache(va + offset, buf, len);
+	else if (how == 1)
 		memcpy(va + offset, buf, len);
 	else
 		memcpy(buf, va + offset, len);
 	kunmap_local(va);
+}
+
+/* Whether page is persistent memory, as the platform describes it (ACPI NFIT, or an e820
+ * persistent-memory range); page_to_phys is a macro. */
+bool rxe_rs_helper_page_is_pmem(struct page *page)
+{
+	return region_intersects(page_to_phys(page), PAGE_SIZE, IORESOURCE_MEM,
+				 IORES_DESC_PERSISTENT_MEMORY) == REGION_INTERSECTS;
+}
+
+/* Writes back the CPU cache lines over len bytes at offset of page (within one page), so that
+ * stores there reach persistent memory (a FLUSH for persistence). */
+void rxe_rs_helper_page_write_back(struct page *page, size_t offset, size_t len)
+{
+	void *va = kmap_local_page(page);
+
+	arch_wb_cache_pmem(va + offset, len);
+	kunmap_local(va);
+}
+
+/* cond_resched is a macro. */
+void rxe_rs_helper_cond_resched(void)
+{
+	cond_resched();
 }
 
 /*

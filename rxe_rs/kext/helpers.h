@@ -90,7 +90,10 @@ struct ib_udata *rxe_rs_helper_bundle_udata(struct uverbs_attr_bundle *attrs);
 
 size_t rxe_rs_helper_umem_pages(struct ib_umem *umem, struct page **pages, size_t max);
 struct page *rxe_rs_helper_kva_page(u64 addr);
-void rxe_rs_helper_page_copy(struct page *page, size_t offset, void *buf, size_t len, bool to_page);
+void rxe_rs_helper_page_copy(struct page *page, size_t offset, void *buf, size_t len, int how);
+bool rxe_rs_helper_page_is_pmem(struct page *page);
+void rxe_rs_helper_page_write_back(struct page *page, size_t offset, size_t len);
+void rxe_rs_helper_cond_resched(void);
 u64 rxe_rs_helper_page_atomic64(struct page *page, size_t offset, int op, u64 a, u64 b);
 void rxe_rs_helper_crypto_free_shash(struct crypto_shash *tfm);
 const char *rxe_rs_helper_crypto_shash_driver_name(struct crypto_shash *tfm);

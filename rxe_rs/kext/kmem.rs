@@ -5,7 +5,7 @@
 
 use super::{
     atomic64::{self, AtomicError},
-    bindings,
+    bindings, PageCopy,
 };
 use crate::proto::atomic::AtomicOp;
 use core::ptr::NonNull;
@@ -29,7 +29,12 @@ fn copy(addr: u64, buf: *mut u8, len: usize, to_kernel: bool) -> Result<(), ()> 
         // SAFETY: `page` is a valid page of the linear map; `in_page + n` does not pass its
         // end; `buf + done` has `n` bytes (the caller's buffer of `len`).
         unsafe {
-            bindings::rxe_rs_helper_page_copy(page, in_page, buf.add(done).cast(), n, to_kernel)
+            let how = if to_kernel {
+                PageCopy::In
+            } else {
+                PageCopy::Out
+            };
+            bindings::rxe_rs_helper_page_copy(page, in_page, buf.add(done).cast(), n, how as i32)
         };
         done += n;
     }

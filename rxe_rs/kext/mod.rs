@@ -38,6 +38,18 @@ pub(crate) fn gfp_user_sized() -> Flags {
     GFP_KERNEL_ACCOUNT | __GFP_NOWARN
 }
 
+/// How `rxe_rs_helper_page_copy` copies (its codes).
+#[derive(Clone, Copy)]
+#[repr(i32)]
+pub(crate) enum PageCopy {
+    /// Out of the page.
+    Out = 0,
+    /// Into the page.
+    In = 1,
+    /// Into the page, around the CPU caches (persistent memory).
+    InThrough = 2,
+}
+
 /// CPUs this system may ever have online (`num_possible_cpus()`): at least 1.
 pub(crate) fn possible_cpus() -> u32 {
     // SAFETY: reads a mask fixed at boot; any context.

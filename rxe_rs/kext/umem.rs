@@ -4,7 +4,7 @@
 
 use super::{
     atomic64::{self, AtomicError},
-    bindings,
+    bindings, PageCopy,
 };
 use crate::proto::atomic::{AtomicOp, ATOMIC_BYTES};
 use core::ptr::NonNull;
@@ -24,6 +24,8 @@ pub(crate) struct PinnedUserMemory {
     /// Offset of the first byte in the first page.
     offset: usize,
     len: usize,
+    /// Persistent memory, written through the CPU caches ([`Self::make_persistent`]).
+    persistent: bool,
 }
 
 impl PinnedUserMemory {
@@ -45,6 +47,7 @@ impl PinnedUserMemory {
             pages: KVVec::new(),
             offset: (addr as usize) % PAGE_SIZE,
             len: len as usize,
+            persistent: false,
         };
         let needed = (this.offset + this.len).div_ceil(PAGE_SIZE);
         this.pages.reserve(needed, super::gfp_user_sized())?;
@@ -72,6 +75,11 @@ impl PinnedUserMemory {
 
     /// Copies between the pinned bytes at `at` and `buf`, page by page.
     fn copy(&self, at: usize, buf: *mut u8, len: usize, to_pages: bool) -> Result {
+        let how = match (to_pages, self.persistent) {
+            (false, _) => PageCopy::Out,
+            (true, false) => PageCopy::In,
+            (true, true) => PageCopy::InThrough,
+        };
         if at.checked_add(len).map_or(true, |end| end > self.len) {
             return Err(EINVAL);
         }
@@ -89,7 +97,7 @@ impl PinnedUserMemory {
                     in_page,
                     buf.add(done).cast(),
                     n,
-                    to_pages,
+                    how as i32,
                 )
             };
             pos += n;
@@ -109,7 +117,41 @@ impl PinnedUserMemory {
         let pos = self.offset + at;
         let page = self.pages[pos / PAGE_SIZE];
         // SAFETY: the page is pinned (type invariant); `on_page` checks the offset.
-        unsafe { atomic64::on_page(page, pos % PAGE_SIZE, op) }
+        let orig = unsafe { atomic64::on_page(page, pos % PAGE_SIZE, op) }?;
+        if self.persistent {
+            // SAFETY: as above; `on_page` checked that the 8 bytes lie within the page.
+            unsafe {
+                bindings::rxe_rs_helper_page_write_back(
+                    page.as_ptr(),
+                    pos % PAGE_SIZE,
+                    ATOMIC_BYTES as usize,
+                )
+            };
+        }
+        Ok(orig)
+    }
+
+    /// Makes this memory the target of FLUSHes for persistence: every page must be persistent
+    /// memory (device DAX on an NVDIMM; EINVAL otherwise, as with rdma_rxe). What was cached
+    /// of it so far is written back now, and from here on every byte and atomic placed in it
+    /// bypasses or is written back from the CPU caches at once, so a FLUSH for persistence
+    /// costs a barrier, however large its range: never a write-back of gigabytes from the
+    /// receive softirq. Process context (registration): it yields the CPU as it goes.
+    pub(crate) fn make_persistent(&mut self) -> Result {
+        for (i, page) in self.pages.iter().enumerate() {
+            // SAFETY: a pinned page (type invariant); plain calls.
+            unsafe {
+                if !bindings::rxe_rs_helper_page_is_pmem(page.as_ptr()) {
+                    return Err(EINVAL);
+                }
+                bindings::rxe_rs_helper_page_write_back(page.as_ptr(), 0, PAGE_SIZE);
+                if i % 256 == 255 {
+                    bindings::rxe_rs_helper_cond_resched();
+                }
+            }
+        }
+        self.persistent = true;
+        Ok(())
     }
 
     /// Copies `out.len()` bytes at offset `at` out of the memory.

@@ -53,8 +53,8 @@ static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
 
 /// Rights a QP may grant. LOCAL_WRITE means nothing for a QP, but applications (perftest) pass
 /// it and rdma_rxe accepts it. ib_cm grants both FLUSH rights to every connected QP of a device
-/// that offers either: the persistent one is accepted, and means nothing here (no FLUSH for
-/// persistence is executed: see `responder::execute_flush`).
+/// that offers either (a FLUSH for persistence also needs an MR on persistent memory: see
+/// `responder::execute_flush`).
 const QP_ACCESS: Access = Access::LOCAL_WRITE
     .union(Access::REMOTE_WRITE)
     .union(Access::REMOTE_READ)

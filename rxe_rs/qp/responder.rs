@@ -23,7 +23,7 @@ use crate::{
         atomic::{is_aligned, AtomicEth, AtomicOp, AtomicResult, AtomicResults, ATOMIC_BYTES},
         av::AddressVector,
         chunks::Chunks,
-        flush::{Feth, FlushLevel, PLACEMENT_GLOBAL},
+        flush::{Feth, FlushLevel, PLACEMENT_GLOBAL, PLACEMENT_PERSISTENT},
         headers::{Aeth, Bth, NakCode, Reth, Syndrome, AETH_NO_CREDITS},
         opcode::{Opcode, Transport, FETH_BYTES},
         packet::Datagram,
@@ -917,25 +917,27 @@ fn execute_atomic_write(
     queue_reply(s, reply, false)
 }
 
-/// A FLUSH (IBTA 1.5, global visibility): what WRITEs placed before it is visible to every
-/// agent of this host once it is answered, in turn with READ responses, by an empty READ
-/// RESPONSE ONLY. Our WRITEs are the CPU's own stores, done by the time the FLUSH arrives
-/// (requests run in order): a full barrier is all it takes. Recorded like an ATOMIC WRITE, so
-/// that a repeat is answered again.
+/// A FLUSH (IBTA 1.5): what WRITEs placed before it is visible to every agent of this host
+/// (global visibility) and, for persistence, in persistent memory, once it is answered, in turn
+/// with READ responses, by an empty READ RESPONSE ONLY. Our WRITEs are the CPU's own stores,
+/// done by the time the FLUSH arrives (requests run in order), and on an MR with the persistent
+/// right (only ever on persistent memory) they went around the CPU caches: either placement
+/// takes a full barrier, whatever the range. Recorded like an ATOMIC WRITE, so that a repeat is
+/// answered again.
 fn execute_flush(
     qp: &QpInner,
     s: &mut QpLocked,
     d: &Datagram<'_>,
     reth: Option<Reth>,
 ) -> core::result::Result<(), Failure> {
-    // A placement other than global visibility alone (persistence is never offered; rdma_rxe
-    // NAKs it as an access error, no MR having the right), no FLUSH right on the QP, no READ
-    // credit (IBTA counts FLUSH among them; rdma_rxe 6.12's requester does not), a malformed
-    // header: invalid request. The R_Key's FLUSH right over the range (the whole region at its
-    // level: the range is not checked): access.
+    // No placement or a reserved bit, a placement the QP does not grant, no READ credit (IBTA
+    // counts FLUSH among them; rdma_rxe 6.12's requester does not), a malformed header:
+    // invalid request. The R_Key's rights for each placement over the range (the whole region
+    // at its level: the range is not checked): access.
     let feth = Feth::parse(d.ext_headers).ok_or(Failure::Invalid)?;
     let reth = reth.ok_or(Failure::Invalid)?;
-    if feth.placement != PLACEMENT_GLOBAL || !s.attrs.access.contains(Access::FLUSH_GLOBAL) {
+    let rights = flush_rights(feth.placement).ok_or(Failure::Invalid)?;
+    if !s.attrs.access.contains(rights) {
         return Err(Failure::Invalid);
     }
     if s.resp.reads.owed_to_new_requests() >= usize::from(s.attrs.max_dest_rd_atomic.max(1)) {
@@ -944,7 +946,7 @@ fn execute_flush(
     let key = qp.res().lookup_rkey(reth.rkey).ok_or(Failure::Access)?;
     let len = u64::from(reth.dma_len);
     match (
-        key.check(qp.pd, qp.serial, reth.va, len, Access::FLUSH_GLOBAL),
+        key.check(qp.pd, qp.serial, reth.va, len, rights),
         feth.level,
     ) {
         (Ok(()), _) | (Err(AccessError::OutOfBounds), FlushLevel::Region) => {}
@@ -956,6 +958,22 @@ fn execute_flush(
     let mtu = s.attrs.path_mtu;
     let reply = ReadReply::new(reth.rkey, reth.va, 0, psn, s.resp.seq.msn, mtu);
     queue_reply(s, reply, false)
+}
+
+/// The rights a FLUSH's placement type bits need (of the QP and of the R_Key); `None` for
+/// none, or a reserved bit.
+fn flush_rights(placement: u8) -> Option<Access> {
+    if placement == 0 || placement & !(PLACEMENT_GLOBAL | PLACEMENT_PERSISTENT) != 0 {
+        return None;
+    }
+    let mut rights = Access::NONE;
+    if placement & PLACEMENT_GLOBAL != 0 {
+        rights = rights.union(Access::FLUSH_GLOBAL);
+    }
+    if placement & PLACEMENT_PERSISTENT != 0 {
+        rights = rights.union(Access::FLUSH_PERSISTENT);
+    }
+    Some(rights)
 }
 
 /// A request we executed before: acknowledge it again, or for a READ, answer it again (the

@@ -16,7 +16,8 @@ const SUPPORTED_ACCESS: Access = Access::LOCAL_WRITE
     .union(Access::REMOTE_READ)
     .union(Access::REMOTE_ATOMIC)
     .union(Access::MW_BIND)
-    .union(Access::FLUSH_GLOBAL);
+    .union(Access::FLUSH_GLOBAL)
+    .union(Access::FLUSH_PERSISTENT);
 
 /// Names a protection domain. 64 bits from a counter that only goes up: two PDs never share
 /// one, however many a process allocates and frees (a 32-bit counter wraps after 2^32).
@@ -216,10 +217,12 @@ impl FastRegion {
             .checked_shl(self.page_shift)
             .and_then(|bytes| bytes.checked_sub(self.first_offset))
             .ok_or(EINVAL)?;
+        // (Its pages are not checked for persistent memory: no FLUSH for persistence.)
         if self.state != FastState::Free
             || len > mapped
             || iova.checked_add(len.saturating_sub(1)).is_none()
             || check_access(access).is_err()
+            || access.contains(Access::FLUSH_PERSISTENT)
         {
             return Err(EINVAL);
         }
@@ -502,6 +505,15 @@ pub(crate) fn check_range(iova: u64, len: u64, max: u64) -> Result {
 pub(crate) fn check_access(flags: Access) -> Result {
     if !flags.within(SUPPORTED_ACCESS | Access::OPTIONAL_RANGE) {
         return Err(crate::kext::errno::eopnotsupp());
+    }
+    Ok(())
+}
+
+/// An MR that a peer may FLUSH for persistence must be on persistent memory, and is then
+/// written through the CPU caches (see `PinnedUserMemory::make_persistent`).
+pub(crate) fn check_persistence(access: Access, memory: &mut PinnedUserMemory) -> Result {
+    if access.contains(Access::FLUSH_PERSISTENT) {
+        memory.make_persistent()?;
     }
     Ok(())
 }

@@ -132,6 +132,18 @@ gid_find() {
 	done
 	return 1
 }
+# The guest's persistent memory (scripts/vm.sh gives the debug kernel's guests a QEMU NVDIMM,
+# described by ACPI's NFIT) as a device DAX character device: prints its path. Device DAX,
+# because ib_umem_get pins pages for the long term, which file systems with DAX refuse.
+pmem_dax() {
+	local dax=(/dev/dax*)
+	if [[ ! -e ${dax[0]} ]]; then
+		ndctl create-namespace --force --reconfig=namespace0.0 --mode=devdax >/dev/null || return 1
+		dax=(/dev/dax*)
+	fi
+	[[ -c ${dax[0]} ]] && echo "${dax[0]}"
+}
+
 module_loaded() { [[ -d /sys/module/$1 ]]; }
 # Port counter NAME of ib device DEV, as `rdma statistic` shows it, read from sysfs without
 # starting a process (tests poll counters): hw_counter DEV NAME.

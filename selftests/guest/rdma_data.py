@@ -8,7 +8,9 @@ with REM_ACCESS_ERR and leave memory as it was.
 
 Usage: rdma_data.py DEVICE [CHECK...]   prints "ok NAME" or "not ok NAME: why" per check.
 """
+import ctypes
 import errno
+import mmap
 import os
 import socket
 import subprocess
@@ -263,6 +265,42 @@ def large_write_then_read_back(ctx):
     expect(local.read(size, size) == data, "data read back differs")
 
 
+FLUSH_GLOBAL = 1 << 8  # IB_UVERBS_ACCESS_FLUSH_GLOBAL (libibverbs 44 has no name for them)
+FLUSH_PERSISTENT = 1 << 9  # IB_UVERBS_ACCESS_FLUSH_PERSISTENT
+
+
+def write_into_persistent_memory(ctx):
+    """An MR on persistent memory (the guest's NVDIMM as device DAX, $RXE_RS_PMEM) with both
+    FLUSH rights, so that whatever is placed in it goes around the CPU caches: a 1 MiB RDMA
+    WRITE into it at an unaligned address lands intact, as its mapping reads it, nothing
+    before or after it is touched, and an RDMA READ brings it back."""
+    a, b = pair(ctx)
+    size = 1 << 20
+    fd = os.open(os.environ["RXE_RS_PMEM"], os.O_RDWR)
+    pmem = mmap.mmap(fd, 2 << 20, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    os.close(fd)
+    pmem[:] = b"\xee" * len(pmem)
+    view = ctypes.c_char.from_buffer(pmem)
+    addr = ctypes.addressof(view)
+    remote = MR(b.pd, len(pmem), RW | FLUSH_GLOBAL | FLUSH_PERSISTENT, address=addr)
+    local = a.mr(2 * size)
+    data = os.urandom(size)
+    local.write(data, size, 0)
+    at = 4096 + 3
+    wc = a.post(e.IBV_WR_RDMA_WRITE, [SGE(local.buf, size, local.lkey)], remote.rkey, addr + at)
+    expect_status(wc, e.IBV_WC_SUCCESS, "WRITE into persistent memory")
+    got = pmem[at:at + size]
+    expect(got == data, f"persistent memory differs after the WRITE at byte {first_diff(got, data)}")
+    expect(pmem[:at] == b"\xee" * at and pmem[at + size:] == b"\xee" * (len(pmem) - at - size),
+           "bytes around the WRITE changed")
+    wc = a.post(e.IBV_WR_RDMA_READ, [SGE(local.buf + size, size, local.lkey)], remote.rkey, addr + at, wr_id=2)
+    expect_status(wc, e.IBV_WC_SUCCESS, "READ from persistent memory")
+    expect(local.read(size, size) == data, "data read back from persistent memory differs")
+    remote.close()
+    del view
+    pmem.close()
+
+
 def resize_cq_keeps_pending_completions(ctx):
     """ibv_resize_cq with completions waiting: resizing below what waits, to 0 or past
     max_cqe fails with EINVAL; growing keeps the waiting ones (polled afterwards, in order)
@@ -478,6 +516,7 @@ CHECKS = {
     "read_into_sge_list": read_into_sge_list,
     "send_between_sge_lists": send_between_sge_lists,
     "large_write_then_read_back": large_write_then_read_back,
+    "write_into_persistent_memory": write_into_persistent_memory,
     "resize_cq_keeps_pending_completions": resize_cq_keeps_pending_completions,
     "sqd_drains_then_resumes": sqd_drains_then_resumes,
     "wr_api_batch": wr_api_batch,

@@ -199,6 +199,8 @@ flag_set! {
         ATOMIC_WRITE = bindings::ib_device_cap_flags_IB_DEVICE_ATOMIC_WRITE,
         /// IBTA 1.5's FLUSH, for global visibility.
         FLUSH_GLOBAL = bindings::ib_device_cap_flags_IB_DEVICE_FLUSH_GLOBAL,
+        /// IBTA 1.5's FLUSH, for persistence (of MRs on persistent memory).
+        FLUSH_PERSISTENT = bindings::ib_device_cap_flags_IB_DEVICE_FLUSH_PERSISTENT,
         /// `modify_srq` resizes (`IB_SRQ_MAX_WR`).
         SRQ_RESIZE = bindings::ib_device_cap_flags_IB_DEVICE_SRQ_RESIZE,
     }
