@@ -6,7 +6,7 @@ use crate::{
     ring::MappedRing,
 };
 use core::ffi::c_int;
-use rxe_rs_uapi::{CqSlot, Cqe, CreateCqResp, ResizeCqResp, RingGeometry};
+use rxe_rs_uapi::{CqSlot, Cqe, CreateCqResp, ResizeCqResp};
 use std::{
     mem::{offset_of, size_of, size_of_val, MaybeUninit},
     sync::Mutex,
@@ -59,7 +59,8 @@ impl Cq {
             return core::ptr::null_mut();
         }
         // SAFETY: `ctx` is valid.
-        match map_ring(unsafe { (*ctx).cmd_fd }, resp) {
+        let fd = unsafe { (*ctx).cmd_fd };
+        match MappedRing::map(fd, &resp.ring, resp.log2_slots, resp.slot_size) {
             // SAFETY: `cq` is ours until returned.
             Ok(ring) => unsafe {
                 *(*cq).ring.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(ring);
@@ -120,15 +121,6 @@ pub unsafe extern "C" fn create_cq(
     unsafe { Cq::finish_create(ctx, cq, ret, &resp.drv) }.cast()
 }
 
-/// Maps the ring a create or resize response describes.
-fn map_ring(cmd_fd: c_int, resp: &CreateCqResp) -> std::io::Result<MappedRing> {
-    let geometry = RingGeometry {
-        log2_slots: resp.log2_slots,
-        slot_size: resp.slot_size,
-    };
-    MappedRing::map(cmd_fd, &resp.ring, geometry)
-}
-
 /// The response to resize_cq: core part, then ours.
 #[repr(C)]
 #[derive(Default)]
@@ -166,7 +158,9 @@ pub unsafe extern "C" fn resize_cq(ibcq: *mut ibv_cq, cqe: c_int) -> c_int {
         return ret;
     }
     // SAFETY: a CQ of ours has a valid context.
-    match map_ring(unsafe { (*(*ibcq).context).cmd_fd }, &resp.drv) {
+    let fd = unsafe { (*(*ibcq).context).cmd_fd };
+    let d = &resp.drv;
+    match MappedRing::map(fd, &d.ring, d.log2_slots, d.slot_size) {
         Ok(new) => {
             *ring = Some(new);
             0

@@ -7,7 +7,7 @@ use crate::{
     ring::MappedRing,
 };
 use core::ffi::c_int;
-use rxe_rs_uapi::{CreateQpResp, RingGeometry};
+use rxe_rs_uapi::CreateQpResp;
 use std::{
     mem::{offset_of, size_of_val, MaybeUninit},
     sync::Mutex,
@@ -67,26 +67,11 @@ unsafe fn finish_create(
     let ibqp = qp.cast::<ibv_qp>();
     let d = &resp.drv;
     // A QP attached to an SRQ has no RQ (the kernel describes none).
-    let rings = MappedRing::map(
-        fd,
-        &d.sq,
-        RingGeometry {
-            log2_slots: d.sq_log2_slots,
-            slot_size: d.sq_slot_size,
-        },
-    )
-    .and_then(|sq| {
+    let rings = MappedRing::map(fd, &d.sq, d.sq_log2_slots, d.sq_slot_size).and_then(|sq| {
         if d.rq.size == 0 {
             return Ok((sq, None));
         }
-        let rq = MappedRing::map(
-            fd,
-            &d.rq,
-            RingGeometry {
-                log2_slots: d.rq_log2_slots,
-                slot_size: d.rq_slot_size,
-            },
-        )?;
+        let rq = MappedRing::map(fd, &d.rq, d.rq_log2_slots, d.rq_slot_size)?;
         Ok((sq, Some(rq)))
     });
     match rings {

@@ -19,8 +19,13 @@ unsafe impl Send for MappedRing {}
 unsafe impl Sync for MappedRing {}
 
 impl MappedRing {
-    /// Maps `info` of the command fd `cmd_fd`.
-    pub fn map(cmd_fd: i32, info: &MmapInfo, geometry: RingGeometry) -> io::Result<Self> {
+    /// Maps `info` of the command fd `cmd_fd`: `2^log2_slots` slots of `slot_size` bytes, as
+    /// the kernel's response describes the ring.
+    pub fn map(cmd_fd: i32, info: &MmapInfo, log2_slots: u32, slot_size: u32) -> io::Result<Self> {
+        let geometry = RingGeometry {
+            log2_slots,
+            slot_size,
+        };
         let len = info.size as usize;
         let needed =
             rxe_rs_uapi::RING_DATA_OFFSET + geometry.slots() as usize * geometry.slot_size as usize;

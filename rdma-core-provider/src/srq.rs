@@ -8,7 +8,7 @@ use crate::{
     ring::MappedRing,
 };
 use core::ffi::c_int;
-use rxe_rs_uapi::{CreateSrqResp, ModifySrqCmd, ModifySrqResp, RingGeometry};
+use rxe_rs_uapi::{CreateSrqResp, ModifySrqCmd, ModifySrqResp};
 use std::{
     mem::{offset_of, size_of_val, MaybeUninit},
     sync::Mutex,
@@ -74,7 +74,8 @@ pub unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_att
     }
     // SAFETY: `pd` and its context are valid.
     let fd = unsafe { (*(*pd).context).cmd_fd };
-    match map_ring(fd, &resp.drv) {
+    let d = &resp.drv;
+    match MappedRing::map(fd, &d.ring, d.log2_slots, d.slot_size) {
         Ok(ring) => {
             // SAFETY: `srq` is ours until returned; libibverbs wrote the granted sizes back
             // into `attr`.
@@ -94,15 +95,6 @@ pub unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_att
             core::ptr::null_mut()
         }
     }
-}
-
-/// Maps the ring a create or resize response describes.
-fn map_ring(cmd_fd: c_int, resp: &CreateSrqResp) -> std::io::Result<MappedRing> {
-    let geometry = RingGeometry {
-        log2_slots: resp.log2_slots,
-        slot_size: resp.slot_size,
-    };
-    MappedRing::map(cmd_fd, &resp.ring, geometry)
 }
 
 /// The command of modify_srq: core part, then ours.
@@ -148,7 +140,8 @@ pub unsafe extern "C" fn modify_srq(
         return ret;
     }
     // SAFETY: an SRQ of ours has a valid context.
-    match map_ring(unsafe { (*(*ibsrq).context).cmd_fd }, &resp) {
+    let fd = unsafe { (*(*ibsrq).context).cmd_fd };
+    match MappedRing::map(fd, &resp.ring, resp.log2_slots, resp.slot_size) {
         Ok(new) => {
             *ring = Some(new);
             0
