@@ -173,18 +173,22 @@ impl ib::Driver for RxeDevice {
     fn query_device(dev: &Device<Self>, attr: &mut DeviceAttr) -> Result {
         attr.vendor_id = limits::VENDOR_ID;
         attr.page_size_cap = limits::PAGE_SIZE_CAP;
+        let mut caps = DeviceCaps::RC_RNR_NAK_GEN
+            | DeviceCaps::PORT_ACTIVE_EVENT
+            | DeviceCaps::SYS_IMAGE_GUID
+            | DeviceCaps::MEM_MGT_EXTENSIONS
+            | DeviceCaps::MEM_WINDOW
+            | DeviceCaps::MEM_WINDOW_TYPE_2B
+            | DeviceCaps::ATOMIC_WRITE
+            | DeviceCaps::FLUSH_GLOBAL
+            | DeviceCaps::SRQ_RESIZE;
+        // Only over MRs on persistent memory (device DAX), where the CPU can write its caches
+        // back.
+        if crate::kext::has_pmem_api() {
+            caps = caps | DeviceCaps::FLUSH_PERSISTENT;
+        }
         attr.set_caps(
-            DeviceCaps::RC_RNR_NAK_GEN
-                | DeviceCaps::PORT_ACTIVE_EVENT
-                | DeviceCaps::SYS_IMAGE_GUID
-                | DeviceCaps::MEM_MGT_EXTENSIONS
-                | DeviceCaps::MEM_WINDOW
-                | DeviceCaps::MEM_WINDOW_TYPE_2B
-                | DeviceCaps::ATOMIC_WRITE
-                // For persistence, only over MRs on persistent memory (device DAX).
-                | DeviceCaps::FLUSH_GLOBAL
-                | DeviceCaps::FLUSH_PERSISTENT
-                | DeviceCaps::SRQ_RESIZE,
+            caps,
             // `rdma link delete` is how users remove a soft device.
             KernelCaps::ALLOW_USER_UNREG,
             AtomicCap::Hca,
@@ -600,11 +604,19 @@ impl ib::Driver for RxeDevice {
                 return Err(e);
             }
         };
-        let replaced = dev.res.mrs.replace(index, new);
+        let replaced = dev.res.mrs.replace(index, new.clone());
         drop(old);
         // As in `dereg_mr`: the datapath's references end with its BH-disabled sections.
         crate::kext::rcu::synchronize();
         drop(replaced);
+        // Accesses through the old MR may have left cached stores in memory the new one
+        // writes through (the same pages, and the same key): written back, now that they are
+        // over.
+        if let Some(Backing::User(memory)) = new.fixed().map(|r| &r.backing) {
+            if memory.is_persistent() {
+                memory.write_back_all();
+            }
+        }
         Ok(())
     }
 

@@ -10,13 +10,14 @@
 #     --timeout S               kill the VM after S seconds (default 1800)
 #     --name NAME               guest hostname
 #     --rwdir DIR               a host directory the guest may write (e.g. results)
+#     --pmem                    add 128 MiB of persistent memory (a QEMU NVDIMM; debug kernel)
 #
 # KVM is used when it works on this machine; otherwise (or if a KVM guest hangs, as it does on some
 # nested setups) the VM runs under TCG. The probe result is cached per kernel.
 set -euo pipefail
 source "$(dirname "$0")/lib/env.sh"
 
-flavor=debug cpus=2 memory=2G timeout_s=1800 name=rxe-vm
+flavor=debug cpus=2 memory=2G timeout_s=1800 name=rxe-vm pmem=
 nics=()
 rwdirs=()
 while (($#)); do
@@ -28,6 +29,7 @@ while (($#)); do
 	--timeout) timeout_s=$2; shift 2 ;;
 	--name) name=$2; shift 2 ;;
 	--rwdir) rwdirs+=(--rwdir "$2"); shift 2 ;;
+	--pmem) pmem=1; shift ;;
 	--) shift; break ;;
 	*) echo "vm.sh: unknown option $1" >&2; exit 2 ;;
 	esac
@@ -93,10 +95,11 @@ for i in "${!nics[@]}"; do
 	qemu_opts+=" -device virtio-net-pci,netdev=rxenet$i,mac=$mac"
 done
 
-# The debug kernel's guests have 128 MiB of persistent memory: a QEMU NVDIMM (ACPI NFIT),
-# which the FLUSH for persistence tests map as device DAX (selftests/guest/lib.sh: pmem_dax).
-# Backed by host RAM, and only the pages a test touches.
-if [[ $flavor == debug ]]; then
+# --pmem: 128 MiB of persistent memory, a QEMU NVDIMM (ACPI NFIT; the debug kernel has the
+# drivers), which the FLUSH for persistence tests map as device DAX (selftests/guest/lib.sh:
+# pmem_dax). Backed by host RAM, only the pages a test touches. It costs a guest about 6 s of
+# boot under TCG: only the single-VM test guests ask for it.
+if [[ -n $pmem ]]; then
 	qemu_opts+=" -machine nvdimm=on -m $memory,slots=2,maxmem=64G"
 	qemu_opts+=" -object memory-backend-ram,id=rxepmem,size=128M -device nvdimm,id=rxenvdimm,memdev=rxepmem"
 fi

@@ -143,7 +143,7 @@ if ((${#single_vm_tests[@]})); then
 	start_guest() {
 		local i=$1 log=$results/selftests-vm$1.log
 		rm -f "$log"
-		"$RXE_RS_ROOT/scripts/vm.sh" --name rxe-selftest$i --rwdir "$results" --timeout "${RXE_RS_VM_TIMEOUT:-4200}" \
+		"$RXE_RS_ROOT/scripts/vm.sh" --name rxe-selftest$i --rwdir "$results" --timeout "${RXE_RS_VM_TIMEOUT:-4200}" --pmem \
 			--memory "${RXE_RS_VM_MEMORY:-2G}" -- \
 			env "${knobs[@]}" RXE_RS_SUITE_LOG="$log" RXE_RS_QUEUE="$queue" bash "$here/guest/run-suite.sh" "${tests[@]}" \
 			>"$results/selftests-vm$i.console" 2>&1 &

@@ -286,6 +286,20 @@ void rxe_rs_helper_page_write_back(struct page *page, size_t offset, size_t len)
 	kunmap_local(va);
 }
 
+/* Orders and completes this CPU's stores around the caches and cache write-backs (sfence on
+ * x86), as the pmem driver does before it calls data durable; a macro. */
+void rxe_rs_helper_pmem_wmb(void)
+{
+	pmem_wmb();
+}
+
+/* Whether this architecture can write CPU caches back to persistent memory at all (without
+ * it, arch_wb_cache_pmem does nothing and memcpy_flushcache is a plain memcpy). */
+bool rxe_rs_helper_has_pmem_api(void)
+{
+	return IS_ENABLED(CONFIG_ARCH_HAS_PMEM_API);
+}
+
 /* cond_resched is a macro. */
 void rxe_rs_helper_cond_resched(void)
 {

@@ -94,6 +94,8 @@ void rxe_rs_helper_page_copy(struct page *page, size_t offset, void *buf, size_t
 bool rxe_rs_helper_page_is_pmem(struct page *page);
 void rxe_rs_helper_page_write_back(struct page *page, size_t offset, size_t len);
 void rxe_rs_helper_cond_resched(void);
+void rxe_rs_helper_pmem_wmb(void);
+bool rxe_rs_helper_has_pmem_api(void);
 u64 rxe_rs_helper_page_atomic64(struct page *page, size_t offset, int op, u64 a, u64 b);
 void rxe_rs_helper_crypto_free_shash(struct crypto_shash *tfm);
 const char *rxe_rs_helper_crypto_shash_driver_name(struct crypto_shash *tfm);

@@ -39,7 +39,7 @@ pub(crate) fn gfp_user_sized() -> Flags {
 }
 
 /// How `rxe_rs_helper_page_copy` copies (its codes).
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 #[repr(i32)]
 pub(crate) enum PageCopy {
     /// Out of the page.
@@ -48,6 +48,20 @@ pub(crate) enum PageCopy {
     In = 1,
     /// Into the page, around the CPU caches (persistent memory).
     InThrough = 2,
+}
+
+/// Whether the architecture can write CPU caches back to persistent memory (a FLUSH for
+/// persistence can be offered).
+pub(crate) fn has_pmem_api() -> bool {
+    // SAFETY: a constant of the kernel's configuration.
+    unsafe { bindings::rxe_rs_helper_has_pmem_api() }
+}
+
+/// Orders and completes this CPU's stores around the caches and cache write-backs
+/// (`pmem_wmb`: sfence on x86).
+pub(crate) fn pmem_wmb() {
+    // SAFETY: a plain call.
+    unsafe { bindings::rxe_rs_helper_pmem_wmb() }
 }
 
 /// CPUs this system may ever have online (`num_possible_cpus()`): at least 1.

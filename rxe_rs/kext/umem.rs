@@ -103,6 +103,10 @@ impl PinnedUserMemory {
             pos += n;
             done += n;
         }
+        if how == PageCopy::InThrough {
+            // Durable now, and ordered, whichever CPU executes the FLUSH that follows.
+            super::pmem_wmb();
+        }
         Ok(())
     }
 
@@ -125,7 +129,8 @@ impl PinnedUserMemory {
                     page.as_ptr(),
                     pos % PAGE_SIZE,
                     ATOMIC_BYTES as usize,
-                )
+                );
+                bindings::rxe_rs_helper_pmem_wmb();
             };
         }
         Ok(orig)
@@ -138,20 +143,36 @@ impl PinnedUserMemory {
     /// costs a barrier, however large its range: never a write-back of gigabytes from the
     /// receive softirq. Process context (registration): it yields the CPU as it goes.
     pub(crate) fn make_persistent(&mut self) -> Result {
+        for page in self.pages.iter() {
+            // SAFETY: a pinned page (type invariant); a plain call.
+            if !unsafe { bindings::rxe_rs_helper_page_is_pmem(page.as_ptr()) } {
+                return Err(EINVAL);
+            }
+        }
+        self.persistent = true;
+        self.write_back_all();
+        Ok(())
+    }
+
+    /// Writes the CPU caches back over all of this memory and waits for it: at registration,
+    /// and again once accesses through an MR it replaced are over (`rereg_mr`), since those
+    /// may have left cached stores behind. Process context: it yields the CPU as it goes.
+    pub(crate) fn write_back_all(&self) {
         for (i, page) in self.pages.iter().enumerate() {
             // SAFETY: a pinned page (type invariant); plain calls.
             unsafe {
-                if !bindings::rxe_rs_helper_page_is_pmem(page.as_ptr()) {
-                    return Err(EINVAL);
-                }
                 bindings::rxe_rs_helper_page_write_back(page.as_ptr(), 0, PAGE_SIZE);
                 if i % 256 == 255 {
                     bindings::rxe_rs_helper_cond_resched();
                 }
             }
         }
-        self.persistent = true;
-        Ok(())
+        super::pmem_wmb();
+    }
+
+    /// Whether bytes placed here go around the CPU caches ([`Self::make_persistent`]).
+    pub(crate) fn is_persistent(&self) -> bool {
+        self.persistent
     }
 
     /// Copies `out.len()` bytes at offset `at` out of the memory.

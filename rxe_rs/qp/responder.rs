@@ -953,6 +953,10 @@ fn execute_flush(
         (Err(_), _) => return Err(Failure::Access),
     }
     fence(Ordering::SeqCst);
+    if rights.contains(Access::FLUSH_PERSISTENT) {
+        // (Each write-through copy already ended with one, on its own CPU.)
+        crate::kext::pmem_wmb();
+    }
     let psn = d.bth.psn;
     s.resp.atomics.record(psn, 0);
     let mtu = s.attrs.path_mtu;
