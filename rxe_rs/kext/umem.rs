@@ -129,9 +129,9 @@ impl PinnedUserMemory {
                     page.as_ptr(),
                     pos % PAGE_SIZE,
                     ATOMIC_BYTES as usize,
-                );
-                bindings::rxe_rs_helper_pmem_wmb();
+                )
             };
+            super::pmem_wmb();
         }
         Ok(orig)
     }
@@ -143,10 +143,15 @@ impl PinnedUserMemory {
     /// costs a barrier, however large its range: never a write-back of gigabytes from the
     /// receive softirq. Process context (registration): it yields the CPU as it goes.
     pub(crate) fn make_persistent(&mut self) -> Result {
-        for page in self.pages.iter() {
-            // SAFETY: a pinned page (type invariant); a plain call.
-            if !unsafe { bindings::rxe_rs_helper_page_is_pmem(page.as_ptr()) } {
-                return Err(EINVAL);
+        for (i, page) in self.pages.iter().enumerate() {
+            // SAFETY: a pinned page (type invariant); plain calls.
+            unsafe {
+                if !bindings::rxe_rs_helper_page_is_pmem(page.as_ptr()) {
+                    return Err(EINVAL);
+                }
+                if i % 256 == 255 {
+                    bindings::rxe_rs_helper_cond_resched();
+                }
             }
         }
         self.persistent = true;
