@@ -9,6 +9,8 @@
 #include <linux/ioport.h>
 #include <linux/libnvdimm.h>
 #include <linux/scatterlist.h>
+#include <linux/cpumask.h>
+#include <linux/hash.h>
 #include <net/net_namespace.h>
 #include <net/netns/generic.h>
 #include "helpers.h"
@@ -304,6 +306,39 @@ bool rxe_rs_helper_has_pmem_api(void)
 void rxe_rs_helper_cond_resched(void)
 {
 	cond_resched();
+}
+
+/* preempt_disable and preempt_enable are macros. */
+void rxe_rs_helper_preempt_disable(void)
+{
+	preempt_disable();
+}
+
+void rxe_rs_helper_preempt_enable(void)
+{
+	preempt_enable();
+}
+
+/* nr_cpu_ids is a macro when NR_CPUS is 1. */
+unsigned int rxe_rs_helper_nr_cpu_ids(void)
+{
+	return nr_cpu_ids;
+}
+
+/*
+ * The online CPU that work keyed by @key goes to: the keys spread over the online CPUs by a
+ * multiplicative hash. With preemption off (the caller's), the CPU returned stays online
+ * until the caller enables it again. Never more than nr_cpu_ids - 1.
+ */
+unsigned int rxe_rs_helper_online_cpu_for(u32 key)
+{
+	unsigned int online = num_online_cpus();
+	unsigned int cpu;
+
+	if (online <= 1)
+		return raw_smp_processor_id();
+	cpu = cpumask_nth(hash_32(key, 16) % online, cpu_online_mask);
+	return cpu < nr_cpu_ids ? cpu : raw_smp_processor_id();
 }
 
 /*

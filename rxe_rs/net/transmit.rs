@@ -101,7 +101,8 @@ impl<'a> Transmitter<'a> {
         fill(&mut buf[payload]).map_err(TxError::Payload)?;
         seal(buf, &self.res.crc).ok_or(TxError::Dropped)?;
         if self.route.is_local() {
-            skb.deliver_locally(&self.route, &self.res.local)
+            // Spread over the CPUs by destination QP, each QP's packets in order on one.
+            skb.deliver_locally(&self.route, &self.res.local, frame.bth.dest_qp)
         } else {
             skb.send(self.route.clone())
         }
