@@ -204,13 +204,43 @@ loopback_case() {
 	reap "$server" 60
 	((rc == 0)) || { echo "# loopback $stack $test: client exit $rc"; tail -3 <<<"$PAIR_OUT"; return 1; }
 	if [[ $test == rate ]]; then
-		record_rate "$stack" ib_write_bw "$size" 1
+		record_rate "$stack" ib_write_bw "$size" "${QPS:-1}"
 	else
 		record "$stack" "$test" "$size"
 	fi
 }
 
+# BENCH_SCALING=1: this guest alone, with 2 vCPUs (scripts/bench.sh boots it after the pair,
+# as A): both ends of perftest here, with 1 QP and with 4, for the 64 KiB WRITE bandwidth and
+# the 64-byte message rate, rows "TEST -q N loopback Ncpu"; cases "STACK-TEST-SIZE-qN-scaling".
+# Whether more QPs use more CPUs: rdma_rxe runs its QPs' work on an unbound workqueue, rxe_rs
+# receives a QP's local packets on the CPU its number hashes to.
+scaling_pass() {
+	local stack=$1 qps test size tool
+	pair_stack_up "$stack" || { echo "# $stack did not come up for the scaling pass"; return; }
+	for qps in 1 4; do
+		for test in "ib_write_bw 65536" "rate 64"; do
+			read -r tool size <<<"$test"
+			wanted "$stack-$tool-$size-q$qps-scaling" || continue
+			TAG=" -q $qps loopback $(nproc)cpu" QPS=$qps
+			[[ $tool == rate ]] && TAG=" loopback $(nproc)cpu"
+			loopback_case "$stack" "$tool" "$size" -D 3 -q "$qps"
+		done
+	done
+	TAG= QPS=
+	reset_modules
+}
+
 pair_link
+if [[ -n ${BENCH_SCALING:-} ]]; then
+	for ((PASS = 1; PASS <= RUNS; PASS++)); do
+		if ((PASS % 2)); then stacks="rxe_rs rdma_rxe"; else stacks="rdma_rxe rxe_rs"; fi
+		for stack in $stacks; do
+			scaling_pass "$stack"
+		done
+	done
+	exit 0
+fi
 pair_wait_peer 900 || echo "# the peer never answered ping"
 
 # TCP on the same link, for scale: STREAMS streams with iperf3.

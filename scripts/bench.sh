@@ -39,6 +39,15 @@ guest=(env BENCH_RUNS="$runs" BENCH_CASES="${BENCH_CASES:-}" BENCH_MTUS="${BENCH
 	BENCH_PERF="${BENCH_PERF:-}" bash "$RXE_RS_ROOT/bench/guest.sh")
 RXE_RS_MODULE=$out/rxe_rs.ko "$RXE_RS_ROOT/scripts/vm-pair.sh" --flavor bench --timeout $((600 + runs * 3000)) "$out" \
 	-- "${guest[@]}" -- "${guest[@]}" || true
+# Scaling over CPUs: one guest with 2 vCPUs (the host has 2 cores; two such guests would
+# share them), perftest with both ends in it, 1 QP and 4.
+if [[ -z ${BENCH_CASES:-} || ${BENCH_CASES} == *scaling* ]]; then
+	echo "bench: one VM with 2 vCPUs, 1 QP and 4 over loopback"
+	port=$((20000 + RANDOM % 20000))
+	RXE_RS_MODULE=$out/rxe_rs.ko "$RXE_RS_ROOT/scripts/vm.sh" --flavor bench --timeout $((300 + runs * 600)) \
+		--cpus 2 --memory 2G --rwdir "$out" --name rxe-scaling --nic "52:54:00:10:00:01,$port,$((port + 1))" \
+		-- env PAIR_ROLE=a PAIR_RESULTS="$out" BENCH_SCALING=1 "${guest[@]}" >"$out/vm-scaling.log" 2>&1 || true
+fi
 echo "bench: the link dropped $(($(udp_drops) - drops_before)) datagrams (host UDP receive buffers full; other host traffic counts too)"
 [[ -s $out/results.csv ]] || { tail -30 "$out"/vm-*.log; echo "bench: no results" >&2; exit 1; }
 python3 "$RXE_RS_ROOT/bench/report.py" ${BENCH_CASES:+--partial} "$out"

@@ -10,7 +10,6 @@
 #include <linux/libnvdimm.h>
 #include <linux/scatterlist.h>
 #include <linux/cpumask.h>
-#include <linux/hash.h>
 #include <net/net_namespace.h>
 #include <net/netns/generic.h>
 #include "helpers.h"
@@ -326,18 +325,18 @@ unsigned int rxe_rs_helper_nr_cpu_ids(void)
 }
 
 /*
- * The online CPU that work keyed by @key goes to: the keys spread over the online CPUs by a
- * multiplicative hash. With preemption off (the caller's), the CPU returned stays online
- * until the caller enables it again. Never more than nr_cpu_ids - 1.
+ * The CPU to run the work of lane @lane (< nr_cpu_ids, one per possible CPU) on: its own CPU
+ * while that is online, else one of the online CPUs. With preemption off (the caller's), the
+ * CPU returned stays online until the caller enables it again. Never more than
+ * nr_cpu_ids - 1.
  */
-unsigned int rxe_rs_helper_online_cpu_for(u32 key)
+unsigned int rxe_rs_helper_online_cpu_of_lane(unsigned int lane)
 {
-	unsigned int online = num_online_cpus();
 	unsigned int cpu;
 
-	if (online <= 1)
-		return raw_smp_processor_id();
-	cpu = cpumask_nth(hash_32(key, 16) % online, cpu_online_mask);
+	if (lane < nr_cpu_ids && cpu_online(lane))
+		return lane;
+	cpu = cpumask_nth(lane % num_online_cpus(), cpu_online_mask);
 	return cpu < nr_cpu_ids ? cpu : raw_smp_processor_id();
 }
 

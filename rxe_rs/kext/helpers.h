@@ -97,7 +97,7 @@ void rxe_rs_helper_cond_resched(void);
 void rxe_rs_helper_preempt_disable(void);
 void rxe_rs_helper_preempt_enable(void);
 unsigned int rxe_rs_helper_nr_cpu_ids(void);
-unsigned int rxe_rs_helper_online_cpu_for(u32 key);
+unsigned int rxe_rs_helper_online_cpu_of_lane(unsigned int lane);
 void rxe_rs_helper_pmem_wmb(void);
 bool rxe_rs_helper_has_pmem_api(void);
 u64 rxe_rs_helper_page_atomic64(struct page *page, size_t offset, int op, u64 a, u64 b);

@@ -5,10 +5,11 @@
 //! Deferred, not called in place: the sender may hold locks the receive path takes, and the
 //! receive path sends (ACKs, READ responses), which would recurse.
 //!
-//! Each CPU has a lane (a queue and its work item, run on that CPU), and a datagram goes to the
-//! lane of the CPU its steering key (the destination QP number, hashed) picks among the online
-//! ones, as RSS spreads flows over a NIC's queues: the receive work of a host's QPs is spread
-//! over its CPUs, and each QP's packets are received in order, on one CPU.
+//! Each CPU has a lane (a queue and its work item, run on that CPU while it is online, else on
+//! another), and a datagram goes to the lane its steering key (the destination QP number)
+//! hashes to, as RSS spreads flows over a NIC's queues: the receive work of a host's QPs is
+//! spread over its CPUs, and each QP's packets are received in order, by one work item (the
+//! lane depends on the key alone, so CPUs coming and going do not reorder a QP's packets).
 
 use super::{bindings, errno::enobufs, rcu, skb::SkBuff, work};
 use core::ptr::NonNull;
@@ -46,24 +47,23 @@ impl LocalDelivery {
     }
 
     /// Queues `skb`, an IP datagram readied as if it came back through `lo`, for the receive
-    /// path, on the CPU that `key` picks (the same CPU for the same key while no CPU comes or
-    /// goes). `ENOBUFS` (the skb freed) when that queue is full.
+    /// path, in the lane `key` picks. `ENOBUFS` (the skb freed) when that lane is full.
     ///
     /// # Safety
     ///
     /// `skb` is a valid skb whose ownership passes to this call.
     pub(crate) unsafe fn deliver(&self, skb: NonNull<bindings::sk_buff>, key: u32) -> Result {
-        // The CPU picked cannot go offline before its work item is queued: taking a CPU down
-        // needs every CPU to leave such sections (stop_machine).
-        let _pinned = PreemptionOff::new();
-        // SAFETY: preemption is off (above), as the helper asks.
-        let cpu = unsafe { bindings::rxe_rs_helper_online_cpu_for(key) };
-        let Some(lane) = self.lanes.get(cpu as usize) else {
+        // hash_32(key, 16): the kernel's golden-ratio multiplicative hash.
+        let hash = key.wrapping_mul(0x61c8_8647) >> 16;
+        let lane = usize::try_from(hash)
+            .ok()
+            .and_then(|hash| self.lanes.get(hash % self.lanes.len().max(1)));
+        let Some(lane) = lane else {
             // SAFETY: the skb is ours (the caller's contract) and nobody else has it.
             drop(unsafe { SkBuff::from_raw(skb) });
             return Err(enobufs());
         };
-        // SAFETY: as this function's contract; `cpu` is online (above).
+        // SAFETY: as this function's contract.
         unsafe { lane.deliver(skb) }
     }
 
@@ -101,8 +101,8 @@ struct Lane {
     queue: Opaque<bindings::sk_buff_head>,
     /// The receive path, called in softirq context as a UDP encap_rcv callback is.
     receive: fn(SkBuff),
-    /// The CPU the work item is queued on.
-    cpu: u32,
+    /// Its number, the CPU its work item runs on while that is online.
+    index: u32,
     #[pin]
     work: Work<Lane>,
 }
@@ -112,7 +112,7 @@ impl_has_work! {
 }
 
 impl Lane {
-    fn new(receive: fn(SkBuff), cpu: u32) -> Result<Arc<Self>> {
+    fn new(receive: fn(SkBuff), index: u32) -> Result<Arc<Self>> {
         Arc::pin_init(
             pin_init!(Self {
                 // SAFETY: `q` points at the queue head, which the helper initialises.
@@ -120,19 +120,18 @@ impl Lane {
                     bindings::rxe_rs_helper_skb_queue_head_init(q)
                 }),
                 receive,
-                cpu,
+                index,
                 work <- kernel::new_work!("LocalDelivery::work"),
             }),
             GFP_KERNEL,
         )
     }
 
-    /// Queues `skb` and the work item on this lane's CPU.
+    /// Queues `skb`, and the work item on this lane's CPU (another if it is offline).
     ///
     /// # Safety
     ///
-    /// `skb` is a valid skb whose ownership passes to this call; preemption is off and the
-    /// lane's CPU online.
+    /// `skb` is a valid skb whose ownership passes to this call.
     unsafe fn deliver(self: &Arc<Self>, skb: NonNull<bindings::sk_buff>) -> Result {
         let queue = self.queue.get();
         if self.len() >= MAX_QUEUED {
@@ -143,12 +142,17 @@ impl Lane {
         // SAFETY: an initialised queue head (it lives as long as `self`); the queue takes the
         // skb, which is ours to give, under its own lock (IRQ-safe: any context).
         unsafe { bindings::skb_queue_tail(queue, skb.as_ptr()) };
-        let cpu = self.cpu as i32;
+        // The CPU picked cannot go offline before the work item is queued on it: taking a CPU
+        // down needs every CPU to leave such sections (stop_machine).
+        let _pinned = PreemptionOff::new();
+        // SAFETY: preemption is off (above), as the helper asks.
+        let cpu = unsafe { bindings::rxe_rs_helper_online_cpu_of_lane(self.index) } as i32;
         // SAFETY: `__enqueue` hands the closure a pointer to the lane's initialised
         // `work_struct`, kept alive by the `Arc` it holds while the work is queued (and given
         // back to us when it already was: that run will find this packet too). `system_bh_wq`
         // is set up at boot and never freed; `cpu` is online and stays so while preemption is
-        // off (the caller's contract), as queueing on a given CPU asks.
+        // off, as queueing on a given CPU asks. (A work item runs on one CPU at a time: queued
+        // while it runs elsewhere, it runs there again after.)
         let _ = unsafe {
             self.clone()
                 .__enqueue(move |work| bindings::queue_work_on(cpu, bindings::system_bh_wq, work))
@@ -204,7 +208,7 @@ impl WorkItem for Lane {
             (this.receive)(skb);
         }
         if this.len() > 0 {
-            // On the CPU it runs on: its own, or the one that took over a CPU that went offline.
+            // Where it runs (a work item queued while it runs stays on that CPU's pool).
             let _ = workqueue::Queue::enqueue(bh_queue(), this);
         }
     }
