@@ -11,7 +11,8 @@
 # "STACK-rate-QPS", "tcp-STREAMS", with "-mtu9000" appended at that link MTU) it matches.
 # Each pass runs at a link MTU of 1500 (IB MTU 1024) and then 9000 (IB MTU 4096; bandwidth
 # from 4 KiB, message rate and TCP only), whose rows are labelled "TEST mtu9000"; at 1500 it
-# also runs some cases within one guest (loopback_pass, rows "TEST loopback").
+# also runs some cases within one guest (loopback_pass, rows "TEST loopback"). With
+# BENCH_SCALING=1 it is a lone 2-vCPU guest instead (scaling_pass, below).
 source "$RXE_RS_ROOT/selftests/guest/pair.sh"
 source "$RXE_RS_ROOT/selftests/guest/lib.sh"
 BW_SIZES="64 1024 4096 16384 65536 262144 1048576"

@@ -514,6 +514,11 @@ impl QpInner {
         out.put_u32(c_str!("sq-consumer"), q.consumer)?;
         out.put_u32(c_str!("sq-cur"), q.cur)?;
         out.put_u32(c_str!("sq-fetched"), q.fetched)?;
+        // What the poster published, and whether posts skip the doorbell: a post the
+        // requester never fetched shows here.
+        out.put_u32(c_str!("sq-producer"), self.sq.load(RingIndex::Producer))?;
+        out.put_u32(c_str!("sq-polled"), u32::from(r.sq_polled))?;
+        out.put_u32(c_str!("sq-flags"), self.sq.load(RingIndex::Flags))?;
         out.put_u32(c_str!("next-psn"), q.next_psn.get())?;
         out.put_u32(c_str!("acked-psn"), q.acked_psn.get())?;
         out.put_u32(c_str!("sent-end"), q.sent_end.get())?;
