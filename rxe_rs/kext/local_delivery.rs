@@ -6,10 +6,11 @@
 //! receive path sends (ACKs, READ responses), which would recurse.
 //!
 //! Each CPU has a lane (a queue and its work item, run on that CPU while it is online, else on
-//! another), and a datagram goes to the lane its steering key (the destination QP number)
-//! hashes to, as RSS spreads flows over a NIC's queues: the receive work of a host's QPs is
-//! spread over its CPUs, and each QP's packets are received in order, by one work item (the
-//! lane depends on the key alone, so CPUs coming and going do not reorder a QP's packets).
+//! another), and a datagram goes to the lane its steering key picks (the destination QP's
+//! table index, modulo the lanes), as RSS spreads flows over a NIC's queues: the receive work
+//! of a host's QPs is spread over its CPUs, and each QP's packets are received in order, by
+//! one work item (the lane depends on the key alone, so CPUs coming and going do not reorder a
+//! QP's packets).
 
 use super::{bindings, errno::enobufs, rcu, skb::SkBuff, work};
 use core::ptr::NonNull;
@@ -47,17 +48,15 @@ impl LocalDelivery {
     }
 
     /// Queues `skb`, an IP datagram readied as if it came back through `lo`, for the receive
-    /// path, in the lane `key` picks. `ENOBUFS` (the skb freed) when that lane is full.
+    /// path, in lane `key` (modulo the lanes). `ENOBUFS` (the skb freed) when that lane is full.
     ///
     /// # Safety
     ///
     /// `skb` is a valid skb whose ownership passes to this call.
     pub(crate) unsafe fn deliver(&self, skb: NonNull<bindings::sk_buff>, key: u32) -> Result {
-        // hash_32(key, 16): the kernel's golden-ratio multiplicative hash.
-        let hash = key.wrapping_mul(0x61c8_8647) >> 16;
-        let lane = usize::try_from(hash)
+        let lane = usize::try_from(key)
             .ok()
-            .and_then(|hash| self.lanes.get(hash % self.lanes.len().max(1)));
+            .and_then(|key| self.lanes.get(key % self.lanes.len().max(1)));
         let Some(lane) = lane else {
             // SAFETY: the skb is ours (the caller's contract) and nobody else has it.
             drop(unsafe { SkBuff::from_raw(skb) });
@@ -68,10 +67,16 @@ impl LocalDelivery {
     }
 
     /// Waits until every queue is empty and no run of a work item is left (process context;
-    /// nobody may queue meanwhile).
+    /// nobody may queue meanwhile, but a packet being received may still send to another lane:
+    /// passes over all lanes until one finds them all empty).
     pub(crate) fn drain(&self) {
-        for lane in &self.lanes {
-            lane.drain();
+        loop {
+            for lane in &self.lanes {
+                lane.drain();
+            }
+            if self.lanes.iter().all(|lane| lane.len() == 0) {
+                return;
+            }
         }
     }
 }
