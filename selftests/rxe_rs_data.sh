@@ -47,7 +47,8 @@ check "packets between QPs of this host skip lo (local delivery)" test $((lo_pac
 
 # Local delivery spreads a host's QPs over its CPUs, each QP's packets in order on one: 8 QP
 # pairs of ib_write_bw between QPs of this device, whose packets the lanes' work items
-# (traced: workqueue_execute_start) must have received on every CPU of the guest, with no PSN
+# (traced: workqueue_execute_start; one lane per CPU, and 16 QPs in a row cover the lanes of
+# up to 16 CPUs) must have received on every CPU of the guest, with no PSN
 # gap (a QP's packets overtaking each other) and every WRITE completed.
 lanes_spread_qps() {
 	local t=/sys/kernel/tracing ev=events/workqueue/workqueue_execute_start server out cpus gaps

@@ -66,9 +66,9 @@ impl LocalDelivery {
         unsafe { lane.deliver(skb) }
     }
 
-    /// Waits until every queue is empty and no run of a work item is left (process context;
-    /// nobody may queue meanwhile, but a packet being received may still send to another lane:
-    /// passes over all lanes until one finds them all empty).
+    /// Waits until every queue is empty and no run of a work item is left (process context,
+    /// once the device's QPs are gone: a packet still queued finds no QP, so nothing received
+    /// sends more; passes over all lanes until one finds them all empty).
     pub(crate) fn drain(&self) {
         loop {
             for lane in &self.lanes {
