@@ -215,7 +215,7 @@ loopback_case() {
 # as A): both ends of perftest here, with 1 QP and with 4, for the 64 KiB WRITE bandwidth and
 # the 64-byte message rate, rows "TEST -q N loopback Ncpu"; cases "STACK-TEST-SIZE-qN-scaling".
 # Whether more QPs use more CPUs: rdma_rxe runs its QPs' work on an unbound workqueue, rxe_rs
-# receives a QP's local packets in the lane (CPU) of its table index.
+# receives a QP's local packets on the CPU that sent them.
 scaling_pass() {
 	local stack=$1 qps test size tool
 	pair_stack_up "$stack" || { echo "# $stack did not come up for the scaling pass"; return; }
