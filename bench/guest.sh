@@ -213,9 +213,11 @@ loopback_case() {
 
 # BENCH_SCALING=1: this guest alone, with 2 vCPUs (scripts/bench.sh boots it after the pair,
 # as A): both ends of perftest here, with 1 QP and with 4, for the 64 KiB WRITE bandwidth and
-# the 64-byte message rate, rows "TEST -q N loopback Ncpu"; cases "STACK-TEST-SIZE-qN-scaling".
+# the 64-byte message rate, rows "TEST -q N loopback Ncpu"; cases "STACK-TEST-SIZE-qN-scaling";
+# then SEND and WRITE latency at 64 B (rows "TEST loopback Ncpu", cases "...-q1-scaling"):
+# each busy-polling end has a CPU of its own.
 # Whether more QPs use more CPUs: rdma_rxe runs its QPs' work on an unbound workqueue, rxe_rs
-# receives a QP's local packets on the CPU that sent them.
+# receives a QP's local packets in the lane of the CPU its QP number picks.
 scaling_pass() {
 	local stack=$1 qps test size tool
 	pair_stack_up "$stack" || { echo "# $stack did not come up for the scaling pass"; return; }
@@ -227,6 +229,12 @@ scaling_pass() {
 			[[ $tool == rate ]] && TAG=" loopback $(nproc)cpu"
 			loopback_case "$stack" "$tool" "$size" -D 3 -q "$qps"
 		done
+	done
+	for test in "ib_send_lat 64" "ib_write_lat 64"; do
+		read -r tool size <<<"$test"
+		wanted "$stack-$tool-$size-q1-scaling" || continue
+		TAG=" loopback $(nproc)cpu" QPS=
+		loopback_case "$stack" "$tool" "$size" -n 1000
 	done
 	TAG= QPS=
 	reset_modules

@@ -40,11 +40,12 @@ guest=(env BENCH_RUNS="$runs" BENCH_CASES="${BENCH_CASES:-}" BENCH_MTUS="${BENCH
 RXE_RS_MODULE=$out/rxe_rs.ko "$RXE_RS_ROOT/scripts/vm-pair.sh" --flavor bench --timeout $((600 + runs * 3000)) "$out" \
 	-- "${guest[@]}" -- "${guest[@]}" || true
 # Scaling over CPUs: one guest with 2 vCPUs (the host has 2 cores; two such guests would
-# share them), perftest with both ends in it, 1 QP and 4.
+# share them), perftest with both ends in it, 1 QP and 4, and the latency of one.
 # (BENCH_CASES as the guest reads it: a regex over the case names, bench/guest.sh.)
 scaling_wanted() {
 	local c
-	for c in {rxe_rs,rdma_rxe}-{ib_write_bw-65536,rate-64}-q{1,4}-scaling; do
+	for c in {rxe_rs,rdma_rxe}-{ib_write_bw-65536,rate-64}-q{1,4}-scaling \
+		{rxe_rs,rdma_rxe}-{ib_send_lat,ib_write_lat}-64-q1-scaling; do
 		[[ -z ${BENCH_CASES:-} || $c =~ $BENCH_CASES ]] && return 0
 	done
 	return 1

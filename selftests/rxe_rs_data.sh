@@ -10,7 +10,8 @@
 # UC: SENDs and WRITEs intact, and what cannot be received (no receive, a bad R_Key, a packet
 # lost, a message cut short) dropped and counted with the QPs running on (guest/uc.py); SRQs
 # shared by QPs, their limit and last-WQE events, resizes, RNR and errnos (guest/srq.py);
-# those packets, between QPs of this host, go to the receive path without crossing lo.
+# those packets, between QPs of this host, go to the receive path without crossing lo, and are
+# received on every CPU (8 QP pairs of ib_write_bw), each QP's in order.
 source "$(dirname "$0")/guest/lib.sh"
 DEV=rxers0
 
@@ -27,7 +28,7 @@ ucs=(uc_send_write_imm_intact uc_no_receive_drops_the_message uc_bad_rkey_drops_
 srqs=(srq_shared_by_qps srq_limit_event srq_resize srq_rnr_waits_for_a_post srq_last_wqe_and_destroy
 	srq_ud_short_wqe_completes_in_error srq_indices_scribbled)
 ktap_print_header
-ktap_set_plan $((${#checks[@]} + ${#scribbles[@]} + ${#recoveries[@]} + ${#ucs[@]} + ${#srqs[@]} + 2))
+ktap_set_plan $((${#checks[@]} + ${#scribbles[@]} + ${#recoveries[@]} + ${#ucs[@]} + ${#srqs[@]} + 3))
 reset_or_bail
 make_veth veth0 veth1 10.11.0.1/24
 rdma link add "$DEV" type rxe_rs netdev veth0
@@ -43,6 +44,57 @@ run_py_checks rdma_data.py "${checks[@]}"
 lo_packets=$(($(lo_rx) - lo_before)) sent=$(($(counter sent_pkts) - sent_before))
 echo "# rdma_data.py: $sent RoCE packets sent, $lo_packets packets through lo"
 check "packets between QPs of this host skip lo (local delivery)" test $((lo_packets * 10)) -lt "$sent"
+
+# Local delivery spreads a host's QPs over its CPUs, each QP's packets in order on one: 8 QP
+# pairs of ib_write_bw between QPs of this device, whose packets the lanes' work items
+# (traced: workqueue_execute_start; one lane per CPU with a softirq work and a task, and 16
+# QPs in a row cover the lanes of up to 16 CPUs) must have received on every CPU of the
+# guest, each work item on one CPU, with no PSN gap (a QP's packets overtaking each other)
+# and every WRITE completed.
+lanes_spread_qps() {
+	local t=/sys/kernel/tracing ev=events/workqueue/workqueue_execute_start server out cpus gaps
+	[[ -e $t/trace ]] || mount -t tracefs nodev $t || return 1
+	gaps=$(counter rcvd_psn_gap)
+	echo 1 >"$t/$ev/enable"
+	: >"$t/trace"
+	# 192 WRITEs per QP, a multiple of perftest's completion interval (the TX depth, 16):
+	# perftest 4.5 counts a whole interval for each QP's last WRITE, and over several QPs
+	# sharing its CQ that overcount can end its polling before another QP's last
+	# completions (it then spins forever), as soon as the QPs do not finish in lockstep.
+	local perftest=(ib_write_bw -d "$DEV" -x "$(gid_index "$DEV" "0000:0000:0000:0000:0000:ffff:0a0b:0001")"
+		-F -s 1024 -q 8 -t 16 -n 192)
+	"${perftest[@]}" >/tmp/lanes-server.out 2>&1 &
+	server=$!
+	wait_for 60 tcp_listening 18515 || echo "# the perftest server did not listen"
+	out=$(timeout 300 "${perftest[@]}" 10.11.0.1 2>&1)
+	local rc=$?
+	reap "$server" 60
+	echo 0 >"$t/$ev/enable"
+	# Each run of a lane's work item: "CPU work-struct" (the CPU from the per-CPU buffers, not
+	# parsed out of a line whose task name may hold spaces).
+	local runs=() cpu
+	for cpu in $(seq 0 $(($(nproc) - 1))); do
+		mapfile -t -O "${#runs[@]}" runs < <(grep local_delivery "$t/per_cpu/cpu$cpu/trace" |
+			sed -nE "s/.*work struct ([0-9a-f]+):.*/$cpu \1/p" | sort -u)
+	done
+	: >"$t/trace"
+	# Work items used, CPUs they ran on, and work items seen on more than one CPU.
+	local works cpus split
+	works=$(printf '%s\n' "${runs[@]}" | awk 'NF == 2 { print $2 }' | sort -u | wc -l)
+	cpus=$(printf '%s\n' "${runs[@]}" | awk 'NF == 2 { print $1 }' | sort -u | wc -l)
+	split=$(printf '%s\n' "${runs[@]}" | awk 'NF == 2 { print $2 }' | sort | uniq -d | wc -l)
+	echo "# ib_write_bw -q 8: exit $rc; $works lane work items ran on $cpus of $(nproc) CPUs ($split on several); PSN gaps $(($(counter rcvd_psn_gap) - gaps))"
+	((rc == 0)) || { tail -3 <<<"$out"; return 1; }
+	# (its row counts the WRITEs of all 8 QPs)
+	awk '$1 == 1024 && $2 == 8 * 192 { found = 1 } END { exit !found }' <<<"$out" &&
+		((works >= $(nproc) && works <= 2 * $(nproc) && cpus == $(nproc) && split == 0 &&
+			$(counter rcvd_psn_gap) == gaps))
+}
+if (($(nproc) > 1)); then
+	check "local delivery receives 8 QP pairs on every CPU, each QP in order" lanes_spread_qps
+else
+	ktap_test_skip "local delivery receives 8 QP pairs on every CPU (one CPU here)"
+fi
 run_py_checks ring_scribble.py "${scribbles[@]}"
 run_py_checks rc_recovery.py "${recoveries[@]}"
 run_py_checks uc.py "${ucs[@]}"

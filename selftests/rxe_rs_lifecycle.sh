@@ -91,8 +91,10 @@ modprobe_r_busy() {
 	stop_stream
 }
 # The device is in use: it goes all the same, within seconds, without waiting for its users.
+# (30 s: 3 to 7 s in a 2-vCPU guest on a loaded host; 16 to 54 s when the receive work of a
+# loopback stream took both CPUs' softirq time, and the `rdma` process and RCU little else.)
 link_delete() {
-	timeout 60 rdma link delete "$DEV" && wait_for 30 ib_gone "$DEV" || return
+	timeout 30 rdma link delete "$DEV" && wait_for 30 ib_gone "$DEV" || return
 	stop_stream
 }
 # `ip link del` returns (it holds RTNL: it must not wait for the RDMA users) and the device

@@ -9,6 +9,7 @@
 #include <linux/ioport.h>
 #include <linux/libnvdimm.h>
 #include <linux/scatterlist.h>
+#include <linux/cpumask.h>
 #include <net/net_namespace.h>
 #include <net/netns/generic.h>
 #include "helpers.h"
@@ -304,6 +305,56 @@ bool rxe_rs_helper_has_pmem_api(void)
 void rxe_rs_helper_cond_resched(void)
 {
 	cond_resched();
+}
+
+/* preempt_disable and preempt_enable are macros. */
+void rxe_rs_helper_preempt_disable(void)
+{
+	preempt_disable();
+}
+
+void rxe_rs_helper_preempt_enable(void)
+{
+	preempt_enable();
+}
+
+/* local_bh_disable and local_bh_enable are static inlines. */
+void rxe_rs_helper_local_bh_disable(void)
+{
+	local_bh_disable();
+}
+
+void rxe_rs_helper_local_bh_enable(void)
+{
+	local_bh_enable();
+}
+
+/* smp_processor_id is a macro (the caller has preemption off). */
+unsigned int rxe_rs_helper_this_cpu(void)
+{
+	return smp_processor_id();
+}
+
+/* nr_cpu_ids is a macro when NR_CPUS is 1. */
+unsigned int rxe_rs_helper_nr_cpu_ids(void)
+{
+	return nr_cpu_ids;
+}
+
+/*
+ * The CPU to run the work of lane @lane (< nr_cpu_ids, one per possible CPU) on: its own CPU
+ * while that is online, else one of the online CPUs. With preemption off (the caller's), the
+ * CPU returned stays online until the caller enables it again. Never more than
+ * nr_cpu_ids - 1.
+ */
+unsigned int rxe_rs_helper_online_cpu_of_lane(unsigned int lane)
+{
+	unsigned int cpu;
+
+	if (lane < nr_cpu_ids && cpu_online(lane))
+		return lane;
+	cpu = cpumask_nth(lane % num_online_cpus(), cpu_online_mask);
+	return cpu < nr_cpu_ids ? cpu : raw_smp_processor_id();
 }
 
 /*

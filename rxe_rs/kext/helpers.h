@@ -94,6 +94,13 @@ void rxe_rs_helper_page_copy(struct page *page, size_t offset, void *buf, size_t
 bool rxe_rs_helper_page_is_pmem(struct page *page);
 void rxe_rs_helper_page_write_back(struct page *page, size_t offset, size_t len);
 void rxe_rs_helper_cond_resched(void);
+void rxe_rs_helper_preempt_disable(void);
+void rxe_rs_helper_preempt_enable(void);
+void rxe_rs_helper_local_bh_disable(void);
+void rxe_rs_helper_local_bh_enable(void);
+unsigned int rxe_rs_helper_this_cpu(void);
+unsigned int rxe_rs_helper_nr_cpu_ids(void);
+unsigned int rxe_rs_helper_online_cpu_of_lane(unsigned int lane);
 void rxe_rs_helper_pmem_wmb(void);
 bool rxe_rs_helper_has_pmem_api(void);
 u64 rxe_rs_helper_page_atomic64(struct page *page, size_t offset, int op, u64 a, u64 b);

@@ -5,7 +5,7 @@
 
 use super::{bindings, local_delivery::LocalDelivery, netdev::NetDevice};
 use core::{mem::ManuallyDrop, ptr::NonNull};
-use kernel::{error::to_result, prelude::*, sync::Arc};
+use kernel::{error::to_result, prelude::*};
 
 /// A route to a peer: a held `dst_entry`, released on drop.
 pub(crate) struct Route {
@@ -109,8 +109,8 @@ impl TxDatagram {
     }
 
     /// Hands the datagram, for an address of this host (`route` is local), to the receive path
-    /// through `local`; the skb is gone either way.
-    pub(crate) fn deliver_locally(self, route: &Route, local: &Arc<LocalDelivery>) -> Result {
+    /// through `local`, on the CPU `key` picks; the skb is gone either way.
+    pub(crate) fn deliver_locally(self, route: &Route, local: &LocalDelivery, key: u32) -> Result {
         let this = ManuallyDrop::new(self);
         // SAFETY: we own the skb, whose data is the whole datagram; `route` holds its dst.
         unsafe {
@@ -121,7 +121,7 @@ impl TxDatagram {
             )
         };
         // SAFETY: the skb is ours and passes to the queue.
-        unsafe { local.deliver(this.skb) }
+        unsafe { local.deliver(this.skb, key) }
     }
 }
 

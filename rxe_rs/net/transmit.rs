@@ -9,6 +9,7 @@ use crate::{
         netdev::NetDevice,
         xmit::{Route, TxDatagram},
     },
+    limits,
     proto::{
         av::{AddressVector, Family},
         wire::{seal, Frame},
@@ -101,7 +102,12 @@ impl<'a> Transmitter<'a> {
         fill(&mut buf[payload]).map_err(TxError::Payload)?;
         seal(buf, &self.res.crc).ok_or(TxError::Dropped)?;
         if self.route.is_local() {
-            skb.deliver_locally(&self.route, &self.res.local)
+            // Spread over the CPUs by destination QP, each QP's packets in order on one. By
+            // its table index (handed out in sequence), not its random bits: QPs made one
+            // after the other, as the two ends of a connection or the QPs of one process
+            // usually are, go to different lanes, not to the same one half the time.
+            let key = frame.bth.dest_qp & limits::QPN_INDEX_MASK;
+            skb.deliver_locally(&self.route, &self.res.local, key)
         } else {
             skb.send(self.route.clone())
         }
