@@ -520,6 +520,12 @@ void rxe_rs_helper_skb_queue_head_init(struct sk_buff_head *list)
 	skb_queue_head_init(list);
 }
 
+/* skb_queue_len_lockless is a static inline (READ_ONCE of the length). */
+u32 rxe_rs_helper_skb_queue_len_lockless(const struct sk_buff_head *list)
+{
+	return skb_queue_len_lockless(list);
+}
+
 void rxe_rs_helper_rcu_read_lock(void)
 {
 	rcu_read_lock();

@@ -58,6 +58,7 @@ int rxe_rs_helper_ip_local_out(struct sk_buff *skb, struct dst_entry *dst, bool 
 bool rxe_rs_helper_dst_is_local(struct dst_entry *dst, bool ipv6);
 void rxe_rs_helper_skb_as_looped_back(struct sk_buff *skb, struct dst_entry *dst, bool ipv6);
 void rxe_rs_helper_skb_queue_head_init(struct sk_buff_head *list);
+u32 rxe_rs_helper_skb_queue_len_lockless(const struct sk_buff_head *list);
 void rxe_rs_helper_rcu_read_lock(void);
 void rxe_rs_helper_rcu_read_unlock(void);
 unsigned int rxe_rs_helper_num_possible_cpus(void);

@@ -18,10 +18,9 @@
 //! other tasks, has the lane until its queue is empty. Softirq work taking streams on every
 //! CPU left the host's tasks, its admin's commands and RCU's grace periods among them, next
 //! to no CPU: a `rdma link delete` took 16 to 54 s during a loopback stream in a 2-vCPU
-//! guest, 5 to 7 s this way. The two never run at once (the task keeps bottom halves off
-//! while it receives, and both run on the lane's CPU), so the queue's order is the receive
-//! order. (While a CPU goes offline they may run on two CPUs for a moment: a packet
-//! received out of order then is a sequence error its QP recovers from, as from a loss.)
+//! guest, 5 to 7 s this way. The two never receive at once (the task has the lane from the
+//! softirq run that hands it over to its own last run, and each work runs once at a time),
+//! so the queue's order is the receive order, also while CPUs come and go.
 
 use super::{
     bindings,
@@ -31,8 +30,9 @@ use super::{
     work::{self, datapath_queue, Datapath},
 };
 use core::{
+    marker::PhantomData,
     ptr::NonNull,
-    sync::atomic::{fence, AtomicBool, Ordering},
+    sync::atomic::{fence, AtomicBool, AtomicU32, Ordering},
 };
 use kernel::{
     prelude::*,
@@ -45,6 +45,9 @@ use kernel::{
 /// through `lo` (`netdev_max_backlog`, 1000 by default, per CPU too); the sender's
 /// retransmission covers them.
 const MAX_QUEUED: u32 = 1000;
+/// Lanes' worth of packets a device's lanes hold at most together: a host with many CPUs
+/// does not hold a thousand packets of each device per CPU.
+const MAX_QUEUED_LANES: u32 = 4;
 /// Packets one run of a lane's work takes before it lets other work go (it queues itself
 /// again).
 const BUDGET: usize = 64;
@@ -61,8 +64,9 @@ impl LocalDelivery {
         // SAFETY: reads a variable set at boot.
         let cpus = unsafe { bindings::rxe_rs_helper_nr_cpu_ids() };
         let mut lanes = KVec::with_capacity(cpus as usize, GFP_KERNEL)?;
+        let queued = Arc::new(QueuedCount(AtomicU32::new(0)), GFP_KERNEL)?;
         for cpu in 0..cpus {
-            lanes.push(Lane::new(receive, cpu)?, GFP_KERNEL)?;
+            lanes.push(Lane::new(receive, cpu, queued.clone())?, GFP_KERNEL)?;
         }
         Ok(Arc::new(Self { lanes }, GFP_KERNEL)?)
     }
@@ -87,8 +91,8 @@ impl LocalDelivery {
     }
 
     /// Waits until every queue is empty and no run of a work item is left (process context,
-    /// once the device's QPs are gone: a packet still queued finds no QP, so nothing received
-    /// sends more; passes over all lanes until one finds them all empty).
+    /// once the device's QPs are gone: nothing queues more; passes over all lanes until one
+    /// finds them all empty).
     pub(crate) fn drain(&self) {
         loop {
             for lane in &self.lanes {
@@ -101,14 +105,15 @@ impl LocalDelivery {
     }
 }
 
-/// Preemption disabled while it lives.
-struct PreemptionOff(());
+/// Preemption disabled while it lives (not `Send`: enabled again where it was disabled).
+#[must_use]
+struct PreemptionOff(PhantomData<*mut ()>);
 
 impl PreemptionOff {
     fn new() -> Self {
         // SAFETY: balanced by `drop`.
         unsafe { bindings::rxe_rs_helper_preempt_disable() };
-        Self(())
+        Self(PhantomData)
     }
 }
 
@@ -119,16 +124,20 @@ impl Drop for PreemptionOff {
     }
 }
 
-/// Bottom halves disabled on this CPU while it lives (the task's runs, as the softirq's).
-struct BottomHalvesOff(());
+/// Bottom halves disabled on this CPU while it lives (not `Send`, as above).
+#[must_use]
+struct BottomHalvesOff(PhantomData<*mut ()>);
 
 impl BottomHalvesOff {
     fn new() -> Self {
         // SAFETY: balanced by `drop`.
         unsafe { bindings::rxe_rs_helper_local_bh_disable() };
-        Self(())
+        Self(PhantomData)
     }
 }
+
+/// Packets queued in all of a device's lanes.
+struct QueuedCount(AtomicU32);
 
 impl Drop for BottomHalvesOff {
     fn drop(&mut self) {
@@ -150,9 +159,13 @@ struct Lane {
     receive: fn(SkBuff),
     /// Its number, the CPU its work runs on while that is online.
     index: u32,
-    /// The task has the lane (a stream from elsewhere): senders leave the softirq work alone.
+    /// Shared by the device's lanes.
+    queued: Arc<QueuedCount>,
+    /// The task has the lane (a stream from elsewhere): senders and the softirq work leave
+    /// it alone. Set before the task is queued, cleared by the task's last run once it
+    /// receives no more: one work receives at a time (each of the two runs once at a time).
     streaming: AtomicBool,
-    /// Packets came from another CPU since a softirq run last looked.
+    /// Packets came from another CPU since the queue was last found empty.
     from_elsewhere: AtomicBool,
     #[pin]
     softirq: Work<Lane, SOFTIRQ>,
@@ -166,7 +179,7 @@ impl_has_work! {
 }
 
 impl Lane {
-    fn new(receive: fn(SkBuff), index: u32) -> Result<Arc<Self>> {
+    fn new(receive: fn(SkBuff), index: u32, queued: Arc<QueuedCount>) -> Result<Arc<Self>> {
         Arc::pin_init(
             pin_init!(Self {
                 // SAFETY: `q` points at the queue head, which the helper initialises.
@@ -175,6 +188,7 @@ impl Lane {
                 }),
                 receive,
                 index,
+                queued,
                 streaming: AtomicBool::new(false),
                 from_elsewhere: AtomicBool::new(false),
                 softirq <- kernel::new_work!("LocalDelivery::softirq"),
@@ -192,7 +206,15 @@ impl Lane {
     /// `skb` is a valid skb whose ownership passes to this call.
     unsafe fn deliver(self: &Arc<Self>, skb: NonNull<bindings::sk_buff>) -> Result {
         let queue = self.queue.get();
-        if self.len() >= MAX_QUEUED {
+        let room = self.len() < MAX_QUEUED
+            && self
+                .queued
+                .0
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    (n < MAX_QUEUED * MAX_QUEUED_LANES).then_some(n + 1)
+                })
+                .is_ok();
+        if !room {
             // SAFETY: the skb is ours (the caller's contract) and nobody else has it.
             drop(unsafe { SkBuff::from_raw(skb) });
             return Err(enobufs());
@@ -206,29 +228,42 @@ impl Lane {
         if self.streaming.load(Ordering::Relaxed) {
             return Ok(());
         }
+        if !self.on_its_cpu() {
+            self.from_elsewhere.store(true, Ordering::Relaxed);
+        }
+        self.queue_softirq();
+        Ok(())
+    }
+
+    /// Whether this is the CPU the lane's works are to run on.
+    fn on_its_cpu(&self) -> bool {
+        let _pinned = PreemptionOff::new();
+        // SAFETY: preemption is off (above), as both helpers ask.
+        unsafe {
+            bindings::rxe_rs_helper_online_cpu_of_lane(self.index)
+                == bindings::rxe_rs_helper_this_cpu()
+        }
+    }
+
+    /// Queues the softirq work on the lane's CPU (another if it is offline).
+    fn queue_softirq(self: &Arc<Self>) {
         // The CPU picked cannot go offline before the work is queued on it: taking a CPU
         // down needs every CPU to leave such sections (stop_machine).
         let _pinned = PreemptionOff::new();
-        // SAFETY: preemption is off (above), as both helpers ask.
-        let cpu = unsafe {
-            let cpu = bindings::rxe_rs_helper_online_cpu_of_lane(self.index);
-            if cpu != bindings::rxe_rs_helper_this_cpu() {
-                self.from_elsewhere.store(true, Ordering::Relaxed);
-            }
-            cpu as i32
-        };
+        // SAFETY: preemption is off (above), as the helper asks.
+        let cpu = unsafe { bindings::rxe_rs_helper_online_cpu_of_lane(self.index) } as i32;
         // SAFETY: `__enqueue` hands the closure a pointer to the work's initialised
-        // `work_struct`, kept alive by the `Arc` it holds while the work is queued (and given
-        // back to us when it already was: that run will find this packet too). `system_bh_wq`
-        // is set up at boot and never freed; `cpu` is online and stays so while preemption is
-        // off, as queueing on a given CPU asks. (A work item runs on one CPU at a time: queued
-        // while it runs elsewhere, it runs there again after.)
+        // `work_struct`, kept alive by the `Arc` it holds while the work is queued, and the
+        // closure returns false only when the work was queued already (`queue_work_on` then
+        // leaves it, and `__enqueue` gives the `Arc` back: that run will find this packet).
+        // `system_bh_wq` is set up at boot and never freed; `cpu` is online and stays so while
+        // preemption is off, as queueing on a given CPU asks. (The workqueue code may queue
+        // it where it still runs instead: a work item runs on one CPU at a time.)
         let _ = unsafe {
             RawWorkItem::<SOFTIRQ>::__enqueue(self.clone(), move |work| {
                 bindings::queue_work_on(cpu, bindings::system_bh_wq, work)
             })
         };
-        Ok(())
     }
 
     /// Receives up to [`BUDGET`] packets (bottom halves off); whether some are left.
@@ -255,13 +290,19 @@ impl Lane {
                 work::flush(&self.task);
                 return;
             }
+            // Packets no work is queued for (none should be): their senders are gone, and
+            // losing them is what their destroy would have done. No spinning on them.
+            while let Some(skb) = self.dequeue() {
+                drop(skb);
+            }
         }
     }
 
-    /// How many packets are queued (read without the lock: a bound, not a count to act on).
+    /// How many packets are queued, read without the lock (`READ_ONCE`): as of some moment
+    /// since the call; the fences above order it where that matters.
     fn len(&self) -> u32 {
-        // SAFETY: an initialised queue head; a racy read of a u32 field is harmless here.
-        unsafe { core::ptr::addr_of!((*self.queue.get()).qlen).read_volatile() }
+        // SAFETY: an initialised queue head, which lives as long as `self`.
+        unsafe { bindings::rxe_rs_helper_skb_queue_len_lockless(self.queue.get()) }
     }
 
     /// The oldest queued packet.
@@ -269,6 +310,7 @@ impl Lane {
         // SAFETY: an initialised queue head; `skb_dequeue` takes the queue's lock and hands us
         // the skb it unlinks.
         let skb = NonNull::new(unsafe { bindings::skb_dequeue(self.queue.get()) })?;
+        self.queued.0.fetch_sub(1, Ordering::Relaxed);
         // SAFETY: unlinked from the queue, the skb is ours alone.
         Some(unsafe { SkBuff::from_raw(skb) })
     }
@@ -288,10 +330,16 @@ impl WorkItem<SOFTIRQ> for Lane {
     /// or the start of a stream from elsewhere, which the task takes over.
     fn run(this: Arc<Self>) {
         // Queued before the task took the lane: the task has it now.
-        if this.streaming.load(Ordering::Relaxed) || !this.receive_some() {
+        if this.streaming.load(Ordering::Relaxed) {
             return;
         }
-        if this.from_elsewhere.swap(false, Ordering::Relaxed) {
+        if !this.receive_some() {
+            this.from_elsewhere.store(false, Ordering::Relaxed);
+            return;
+        }
+        // Away from the lane's CPU (it went offline, and the softirq work of a dead CPU must
+        // not queue itself there again), the task takes what is left too.
+        if this.from_elsewhere.swap(false, Ordering::Relaxed) || !this.on_its_cpu() {
             this.streaming.store(true, Ordering::Relaxed);
             // On this CPU (a per-CPU workqueue queues where it is called).
             let _ = datapath_queue(Datapath::Bound).enqueue::<Arc<Self>, TASK>(this);
@@ -313,17 +361,18 @@ impl WorkItem<TASK> for Lane {
             let _bh_off = BottomHalvesOff::new();
             this.receive_some()
         };
-        if !left {
-            // The lane goes back to the softirq work; a packet queued meanwhile (its sender
-            // saw `streaming`, and queued nothing) is seen after the fence.
-            this.streaming.store(false, Ordering::Relaxed);
-            fence(Ordering::SeqCst);
-            if this.len() == 0 {
-                return;
-            }
-            this.streaming.store(true, Ordering::Relaxed);
+        if left {
+            let _ = datapath_queue(Datapath::Bound).enqueue::<Arc<Self>, TASK>(this);
+            return;
         }
-        let _ = datapath_queue(Datapath::Bound).enqueue::<Arc<Self>, TASK>(this);
+        // The lane goes back to the softirq work, and this run receives no more. A packet
+        // queued meanwhile (its sender saw `streaming` and queued nothing) is seen after the
+        // fence, which pairs with the one in `deliver`: the softirq work takes it.
+        this.streaming.store(false, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        if this.len() > 0 {
+            this.queue_softirq();
+        }
     }
 }
 
@@ -337,7 +386,8 @@ impl PinnedDrop for Lane {
     }
 }
 
-// SAFETY: the queue head is only used through the kernel's skb queue functions, which lock it;
+// SAFETY: the queue head is only used through the kernel's skb queue functions, which lock it
+// (its length is read with `READ_ONCE`, as `skb_queue_len_lockless`); the counters are atomic;
 // `receive` is a plain function pointer.
 unsafe impl Send for Lane {}
 // SAFETY: as above.
