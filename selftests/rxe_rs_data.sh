@@ -11,7 +11,8 @@
 # lost, a message cut short) dropped and counted with the QPs running on (guest/uc.py); SRQs
 # shared by QPs, their limit and last-WQE events, resizes, RNR and errnos (guest/srq.py);
 # those packets, between QPs of this host, go to the receive path without crossing lo, and are
-# received on every CPU (8 QP pairs of ib_write_bw), each QP's in order.
+# received on every CPU (8 QP pairs of ib_write_bw), each QP's in order, also while a CPU goes
+# offline and comes back.
 source "$(dirname "$0")/guest/lib.sh"
 DEV=rxers0
 
@@ -28,7 +29,7 @@ ucs=(uc_send_write_imm_intact uc_no_receive_drops_the_message uc_bad_rkey_drops_
 srqs=(srq_shared_by_qps srq_limit_event srq_resize srq_rnr_waits_for_a_post srq_last_wqe_and_destroy
 	srq_ud_short_wqe_completes_in_error srq_indices_scribbled)
 ktap_print_header
-ktap_set_plan $((${#checks[@]} + ${#scribbles[@]} + ${#recoveries[@]} + ${#ucs[@]} + ${#srqs[@]} + 3))
+ktap_set_plan $((${#checks[@]} + ${#scribbles[@]} + ${#recoveries[@]} + ${#ucs[@]} + ${#srqs[@]} + 4))
 reset_or_bail
 make_veth veth0 veth1 10.11.0.1/24
 rdma link add "$DEV" type rxe_rs netdev veth0
@@ -90,10 +91,41 @@ lanes_spread_qps() {
 		((works >= $(nproc) && works <= 2 * $(nproc) && cpus == $(nproc) && split == 0 &&
 			$(counter rcvd_psn_gap) == gaps))
 }
+# A lane's CPU goes offline and comes back, three times, during a 4-QP loopback stream of
+# 64 KiB WRITEs: its lanes' work moves to the CPU left and back (a softirq run away from its
+# lane's CPU hands the lane to the task), every WRITE completes, no PSN gap (no packet
+# received out of order), and the CPU goes offline each time (nothing holds hotplug up).
+lanes_follow_cpu_hotplug() {
+	local cpu1=/sys/devices/system/cpu/cpu1/online gaps server client rc i
+	gaps=$(counter rcvd_psn_gap)
+	local perftest=(ib_write_bw -d "$DEV" -x "$(gid_index "$DEV" "0000:0000:0000:0000:0000:ffff:0a0b:0001")"
+		-F -s 65536 -q 4 -t 16 -n 320)
+	"${perftest[@]}" >/tmp/hotplug-server.out 2>&1 &
+	server=$!
+	wait_for 60 tcp_listening 18515 || echo "# the perftest server did not listen"
+	timeout 300 "${perftest[@]}" 10.11.0.1 >/tmp/hotplug-client.out 2>&1 &
+	client=$!
+	for i in 1 2 3; do
+		nap 2
+		timeout 60 bash -c "echo 0 >$cpu1" || { echo "# CPU1 did not go offline"; rc=1; }
+		nap 2
+		echo 1 >"$cpu1" || { echo "# CPU1 did not come back"; rc=1; }
+	done
+	wait "$client" || rc=1
+	reap "$server" 60
+	echo "# ib_write_bw -q 4 with CPU1 off and on 3 times: $(awk '$1 == 65536 { print $2 " WRITEs" }' /tmp/hotplug-client.out), PSN gaps $(($(counter rcvd_psn_gap) - gaps))"
+	[[ -z ${rc:-} ]] && awk '$1 == 65536 && $2 == 4 * 320 { found = 1 } END { exit !found }' /tmp/hotplug-client.out &&
+		(($(counter rcvd_psn_gap) == gaps))
+}
 if (($(nproc) > 1)); then
 	check "local delivery receives 8 QP pairs on every CPU, each QP in order" lanes_spread_qps
 else
 	ktap_test_skip "local delivery receives 8 QP pairs on every CPU (one CPU here)"
+fi
+if [[ -w /sys/devices/system/cpu/cpu1/online ]]; then
+	check "a lane's CPU offline and back during a loopback stream: every WRITE, in order" lanes_follow_cpu_hotplug
+else
+	ktap_test_skip "a lane's CPU offline and back during a loopback stream (no CPU1 to take offline)"
 fi
 run_py_checks ring_scribble.py "${scribbles[@]}"
 run_py_checks rc_recovery.py "${recoveries[@]}"

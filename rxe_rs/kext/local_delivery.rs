@@ -136,15 +136,15 @@ impl BottomHalvesOff {
     }
 }
 
-/// Packets queued in all of a device's lanes.
-struct QueuedCount(AtomicU32);
-
 impl Drop for BottomHalvesOff {
     fn drop(&mut self) {
         // SAFETY: disabled by `new`, on this CPU (a task with bottom halves off stays on it).
         unsafe { bindings::rxe_rs_helper_local_bh_enable() };
     }
 }
+
+/// Packets queued in all of a device's lanes.
+struct QueuedCount(AtomicU32);
 
 /// Which of a lane's works.
 const SOFTIRQ: u64 = 0;
@@ -164,6 +164,9 @@ struct Lane {
     /// The task has the lane (a stream from elsewhere): senders and the softirq work leave
     /// it alone. Set before the task is queued, cleared by the task's last run once it
     /// receives no more: one work receives at a time (each of the two runs once at a time).
+    /// Relaxed: the workqueue orders a work item's runs (a run queued before the handoff
+    /// runs after the run that handed over), the queue's lock orders the task's last
+    /// packet before the next run's first, and the fences order the handing back.
     streaming: AtomicBool,
     /// Packets came from another CPU since the queue was last found empty.
     from_elsewhere: AtomicBool,
@@ -228,42 +231,45 @@ impl Lane {
         if self.streaming.load(Ordering::Relaxed) {
             return Ok(());
         }
-        if !self.on_its_cpu() {
-            self.from_elsewhere.store(true, Ordering::Relaxed);
-        }
-        self.queue_softirq();
+        self.queue_softirq(true);
         Ok(())
     }
 
-    /// Whether this is the CPU the lane's works are to run on.
-    fn on_its_cpu(&self) -> bool {
-        let _pinned = PreemptionOff::new();
-        // SAFETY: preemption is off (above), as both helpers ask.
-        unsafe {
-            bindings::rxe_rs_helper_online_cpu_of_lane(self.index)
-                == bindings::rxe_rs_helper_this_cpu()
-        }
-    }
-
-    /// Queues the softirq work on the lane's CPU (another if it is offline).
-    fn queue_softirq(self: &Arc<Self>) {
+    /// Queues the softirq work on the lane's CPU (another if it is offline); for a packet
+    /// just queued, `mark` notes whether it came from another CPU.
+    fn queue_softirq(self: &Arc<Self>, mark: bool) {
         // The CPU picked cannot go offline before the work is queued on it: taking a CPU
         // down needs every CPU to leave such sections (stop_machine).
         let _pinned = PreemptionOff::new();
-        // SAFETY: preemption is off (above), as the helper asks.
-        let cpu = unsafe { bindings::rxe_rs_helper_online_cpu_of_lane(self.index) } as i32;
+        // SAFETY: preemption is off (above), as both helpers ask.
+        let (cpu, here) = unsafe {
+            let cpu = bindings::rxe_rs_helper_online_cpu_of_lane(self.index);
+            (cpu, cpu == bindings::rxe_rs_helper_this_cpu())
+        };
+        if mark && !here {
+            self.from_elsewhere.store(true, Ordering::Relaxed);
+        }
+        let cpu = cpu as i32;
         // SAFETY: `__enqueue` hands the closure a pointer to the work's initialised
         // `work_struct`, kept alive by the `Arc` it holds while the work is queued, and the
         // closure returns false only when the work was queued already (`queue_work_on` then
         // leaves it, and `__enqueue` gives the `Arc` back: that run will find this packet).
         // `system_bh_wq` is set up at boot and never freed; `cpu` is online and stays so while
-        // preemption is off, as queueing on a given CPU asks. (The workqueue code may queue
-        // it where it still runs instead: a work item runs on one CPU at a time.)
+        // preemption is off, as queueing on a given CPU asks. (The workqueue code queues it
+        // where it still runs instead, if it does: a work item runs once at a time.)
         let _ = unsafe {
             RawWorkItem::<SOFTIRQ>::__enqueue(self.clone(), move |work| {
                 bindings::queue_work_on(cpu, bindings::system_bh_wq, work)
             })
         };
+    }
+
+    /// Whether this run is on the lane's own CPU (so that CPU is online, and the pool is its
+    /// own). Called with bottom halves off: no migration.
+    fn on_own_cpu(&self) -> bool {
+        let _pinned = PreemptionOff::new();
+        // SAFETY: preemption is off (above), as the helper asks.
+        unsafe { bindings::rxe_rs_helper_this_cpu() == self.index }
     }
 
     /// Receives up to [`BUDGET`] packets (bottom halves off); whether some are left.
@@ -290,8 +296,9 @@ impl Lane {
                 work::flush(&self.task);
                 return;
             }
-            // Packets no work is queued for (none should be): their senders are gone, and
-            // losing them is what their destroy would have done. No spinning on them.
+            // A run over budget queued another, which the flushes do not wait for: what is
+            // left, its senders gone (as their destroy would have), is dropped here rather
+            // than received.
             while let Some(skb) = self.dequeue() {
                 drop(skb);
             }
@@ -337,9 +344,9 @@ impl WorkItem<SOFTIRQ> for Lane {
             this.from_elsewhere.store(false, Ordering::Relaxed);
             return;
         }
-        // Away from the lane's CPU (it went offline, and the softirq work of a dead CPU must
-        // not queue itself there again), the task takes what is left too.
-        if this.from_elsewhere.swap(false, Ordering::Relaxed) || !this.on_its_cpu() {
+        // Away from the lane's own CPU (offline: this run may be the draining of a dead CPU's
+        // softirq work, which must not queue itself there again), the task takes the rest.
+        if this.from_elsewhere.swap(false, Ordering::Relaxed) || !this.on_own_cpu() {
             this.streaming.store(true, Ordering::Relaxed);
             // On this CPU (a per-CPU workqueue queues where it is called).
             let _ = datapath_queue(Datapath::Bound).enqueue::<Arc<Self>, TASK>(this);
@@ -371,7 +378,7 @@ impl WorkItem<TASK> for Lane {
         this.streaming.store(false, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         if this.len() > 0 {
-            this.queue_softirq();
+            this.queue_softirq(false);
         }
     }
 }
@@ -387,8 +394,9 @@ impl PinnedDrop for Lane {
 }
 
 // SAFETY: the queue head is only used through the kernel's skb queue functions, which lock it
-// (its length is read with `READ_ONCE`, as `skb_queue_len_lockless`); the counters are atomic;
-// `receive` is a plain function pointer.
+// (its length is read with `READ_ONCE`, as `skb_queue_len_lockless`), and the skbs it holds
+// may be received or freed on any CPU; the counters and flags are atomic; `receive` is a plain
+// function pointer.
 unsafe impl Send for Lane {}
 // SAFETY: as above.
 unsafe impl Sync for Lane {}
