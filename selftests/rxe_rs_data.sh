@@ -93,11 +93,13 @@ lanes_spread_qps() {
 }
 # A lane's CPU goes offline and comes back, three times, during a 4-QP loopback stream of
 # 64 KiB WRITEs: its lanes' work moves to the CPU left and back (a softirq run away from its
-# lane's CPU hands the lane to the task), every WRITE completes, no PSN gap (no packet
-# received out of order), and the CPU goes offline each time (nothing holds hotplug up).
+# lane's CPU hands the lane to the task), every WRITE completes, and the CPU goes offline
+# each time (nothing holds hotplug up). A PSN gap is a packet received out of order unless
+# packets were dropped: with one CPU left for both lanes of a loaded guest, a full lane drops
+# (send_err), and the packets after a drop arrive as gaps until the retransmission.
 lanes_follow_cpu_hotplug() {
-	local cpu1=/sys/devices/system/cpu/cpu1/online gaps server client rc i
-	gaps=$(counter rcvd_psn_gap)
+	local cpu1=/sys/devices/system/cpu/cpu1/online gaps drops server client rc i
+	gaps=$(counter rcvd_psn_gap) drops=$(counter send_err)
 	local perftest=(ib_write_bw -d "$DEV" -x "$(gid_index "$DEV" "0000:0000:0000:0000:0000:ffff:0a0b:0001")"
 		-F -s 65536 -q 4 -t 16 -n 320)
 	"${perftest[@]}" >/tmp/hotplug-server.out 2>&1 &
@@ -113,9 +115,10 @@ lanes_follow_cpu_hotplug() {
 	done
 	wait "$client" || rc=1
 	reap "$server" 60
-	echo "# ib_write_bw -q 4 with CPU1 off and on 3 times: $(awk '$1 == 65536 { print $2 " WRITEs" }' /tmp/hotplug-client.out), PSN gaps $(($(counter rcvd_psn_gap) - gaps))"
+	gaps=$(($(counter rcvd_psn_gap) - gaps)) drops=$(($(counter send_err) - drops))
+	echo "# ib_write_bw -q 4 with CPU1 off and on 3 times: $(awk '$1 == 65536 { print $2 " WRITEs" }' /tmp/hotplug-client.out), PSN gaps $gaps, packets dropped $drops"
 	[[ -z ${rc:-} ]] && awk '$1 == 65536 && $2 == 4 * 320 { found = 1 } END { exit !found }' /tmp/hotplug-client.out &&
-		(($(counter rcvd_psn_gap) == gaps))
+		((gaps == 0 || drops > 0))
 }
 if (($(nproc) > 1)); then
 	check "local delivery receives 8 QP pairs on every CPU, each QP in order" lanes_spread_qps
@@ -123,7 +126,7 @@ else
 	ktap_test_skip "local delivery receives 8 QP pairs on every CPU (one CPU here)"
 fi
 if [[ -w /sys/devices/system/cpu/cpu1/online ]]; then
-	check "a lane's CPU offline and back during a loopback stream: every WRITE, in order" lanes_follow_cpu_hotplug
+	check "a lane's CPU offline and back during a loopback stream: every WRITE, no gap but after a drop" lanes_follow_cpu_hotplug
 else
 	ktap_test_skip "a lane's CPU offline and back during a loopback stream (no CPU1 to take offline)"
 fi
