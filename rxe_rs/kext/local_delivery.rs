@@ -250,13 +250,12 @@ impl Lane {
             self.from_elsewhere.store(true, Ordering::Relaxed);
         }
         let cpu = cpu as i32;
-        // SAFETY: `__enqueue` hands the closure a pointer to the work's initialised
-        // `work_struct`, kept alive by the `Arc` it holds while the work is queued, and the
-        // closure returns false only when the work was queued already (`queue_work_on` then
-        // leaves it, and `__enqueue` gives the `Arc` back: that run will find this packet).
-        // `system_bh_wq` is set up at boot and never freed; `cpu` is online and stays so while
-        // preemption is off, as queueing on a given CPU asks. (The workqueue code queues it
-        // where it still runs instead, if it does: a work item runs once at a time.)
+        // A work item still running is queued where it runs (it runs once at a time).
+        // SAFETY: `__enqueue` hands the closure the work's initialised `work_struct`, kept
+        // alive by the `Arc` it holds while queued; the closure returns false only when the
+        // work was queued already (the `Arc` comes back: that run will find this packet).
+        // `system_bh_wq` lives from boot on; `cpu` is online and stays so while preemption is
+        // off, as queueing on a given CPU asks.
         let _ = unsafe {
             RawWorkItem::<SOFTIRQ>::__enqueue(self.clone(), move |work| {
                 bindings::queue_work_on(cpu, bindings::system_bh_wq, work)
