@@ -2,13 +2,15 @@
 # One guest of `make bench` (scripts/bench.sh): for rxe_rs and rdma_rxe on both ends of the
 # link, perftest RC bandwidth (64 B..1 MiB) with the kernel CPU both guests spend per GB, latency
 # (2 B..4 KiB) and the 64-byte message rate with 1 and 4 QPs, then TCP with iperf3 (1 and 4
-# streams). A serves, B connects and records each result as a CSV row in
-# $PAIR_RESULTS/results.csv: stack,test,bytes,metric,value (metric: MB/s for bandwidth, CPU s/GB
-# for both guests' kernel CPU seconds per GB of payload, usec for latency (median), kmsg/s).
+# streams) and a reference round trip without RDMA (floor_case). A serves, B connects and
+# records each result as a CSV row in $PAIR_RESULTS/results.csv: stack,test,bytes,metric,value
+# (stack "tcp" and "link" for the rows without RDMA; metric: MB/s for bandwidth, CPU s/GB for
+# both guests' kernel CPU seconds per GB of payload, usec for latency (median), kmsg/s).
 # BENCH_RUNS passes (default 3) each measure every case once, the stacks' order swapped from one
 # pass to the next; bench/report.py takes the median of the passes and shows their spread.
 # BENCH_CASES, an extended regex, keeps only the cases whose name ("STACK-TEST-SIZE",
-# "STACK-rate-QPS", "tcp-STREAMS", with "-mtu9000" appended at that link MTU) it matches.
+# "STACK-rate-QPS", "tcp-STREAMS", "floor-udp", "floor-icmp", with "-mtu9000" appended at that
+# link MTU) it matches.
 # Each pass runs at a link MTU of 1500 (IB MTU 1024) and then 9000 (IB MTU 4096; bandwidth
 # from 4 KiB, message rate and TCP only), whose rows are labelled "TEST mtu9000"; at 1500 it
 # also runs some cases within one guest (loopback_pass, rows "TEST loopback"). With
@@ -279,6 +281,40 @@ tcp_case() {
 	fi
 }
 
+# A reference round trip for the latency rows (bench/echo_floor.py): 64-byte echoes polled
+# without sleeping, as perftest's latency tests poll. "echo rtt/2 (both busy)": UDP echoed by
+# a polling process on A, half the round trip, next to send and write latency (both ends
+# poll); "echo rtt (client busy)": ICMP echoed by A's kernel in softirq, as a READ responder
+# answers, a whole round trip, next to READ latency. Under TCG on a 2-core host a packet waits
+# for QEMU's threads, which busy vCPU threads crowd out: that wait is in every stack's figure.
+# Python's polls cost more than perftest's, so a stack can come in under it.
+floor_case() {
+	local mode=$1 label=$2 halve=$3 port=18515 server= rtt
+	wanted "floor-$mode" || return 0
+	pair_barrier "floor-$mode-$PASS"
+	if [[ $PAIR_ROLE == a && $mode == udp ]]; then
+		python3 "$RXE_RS_ROOT/bench/echo_floor.py" serve "$port" "$PAIR_RESULTS/floor-ready-$PASS" &
+		server=$!
+		wait_listening "mark:floor-ready-$PASS" 60 || echo "# echo_floor serve did not start"
+	fi
+	pair_barrier "floor-$mode-serving-$PASS"
+	if [[ $PAIR_ROLE == b ]]; then
+		if [[ $mode == udp ]]; then
+			rtt=$(timeout 120 python3 "$RXE_RS_ROOT/bench/echo_floor.py" udp "$PAIR_PEER_IP" "$port" 500)
+		else
+			rtt=$(timeout 120 python3 "$RXE_RS_ROOT/bench/echo_floor.py" icmp "$PAIR_PEER_IP" 500)
+		fi
+		if [[ -n $rtt ]]; then
+			awk -v r="$rtt" -v h="$halve" -v l="$label" 'BEGIN { printf "link,%s,64,usec,%.2f\n", l, r / h }' >>"$CSV"
+		else
+			echo "# echo_floor $mode: no result"
+		fi
+	fi
+	pair_barrier "floor-$mode-done-$PASS"
+	[[ -n $server ]] && kill "$server" && wait "$server" 2>/dev/null
+	return 0
+}
+
 # The link's MTU on both guests; both must have it before either sends.
 set_mtu() {
 	ip link set dev "$PAIR_DEV" mtu "$1" || echo "# cannot set MTU $1 on $PAIR_DEV"
@@ -304,6 +340,10 @@ for ((PASS = 1; PASS <= RUNS; PASS++)); do
 		fi
 		tcp_case 1
 		tcp_case 4
+		if [[ -z $TAG ]]; then
+			floor_case udp "echo rtt/2 (both busy)" 2
+			floor_case icmp "echo rtt (client busy)" 1
+		fi
 	done
 done
 set_mtu 1500

@@ -4,8 +4,10 @@ Usage: report.py [--partial] RESULTS_DIR
 Reads RESULTS_DIR/results.csv (stack,test,bytes,metric,value; a row per pass); prints the table
 of medians with their spread ((max - min) / median over the passes) and the ratio of the medians
 rxe_rs / rdma_rxe, and writes it as RESULTS_DIR/bench.csv and plots it to RESULTS_DIR/bench.png
-(gnuplot). A missing measurement shows as "-" and makes the exit status 1 (with --partial, for a
-run of some cases only, only a row that one stack lacks does).
+(gnuplot). The rows without RDMA (TCP's bandwidth, the reference round trips of the pseudo-stack
+"link") follow, their figure in the rxe_rs column. A missing measurement shows as "-" and makes
+the exit status 1 (with --partial, for a run of some cases only, only a row that one stack
+lacks does).
 """
 import csv
 import os
@@ -110,8 +112,15 @@ def main(out, partial=False):
     tests = list(dict.fromkeys(t for t, _, _ in order))
     order.sort(key=lambda k: (tests.index(k[0]), k[1]))
     rows, spreads = [], {}
+    # The reference round trips without RDMA (guest.sh floor_case): the pseudo-stack "link".
+    floor_runs = {t: v for (s, t, _, _), v in values.items() if s == "link"}
+    floor_tests = set(floor_runs)
+    required_floor = ("echo rtt/2 (both busy)", "echo rtt (client busy)")
+    if not partial:
+        floor_tests.update(required_floor)
+    floor_order = [t for t in required_floor if t in floor_tests] + sorted(floor_tests - set(required_floor))
     for test, size, metric in order:
-        if test.startswith("iperf3"):
+        if test.startswith("iperf3") or test in floor_tests:
             continue
         runs = [values.get((s, test, size, metric)) for s in STACKS]
         ours, theirs = (median(r) for r in runs)
@@ -137,6 +146,9 @@ def main(out, partial=False):
               f"{fmt(r):>17}")
     for t in tcp_tests:
         print(f"{'TCP ' + t:<31}  {'MB/s':<9}{fmt(tcp.get(t)):>11}{pct(spread(tcp_runs.get(t))):>5}")
+    for t in floor_order:
+        runs = floor_runs.get(t)
+        print(f"{'link ' + t:<31}  {'usec':<9}{fmt(median(runs)):>11}{pct(spread(runs)):>5}")
     print("(ratio rxe_rs/rdma_rxe: above 1 is better for MB/s and kmsg/s, below 1 for usec and CPU s/GB)")
 
     with open(os.path.join(out, "bench.csv"), "w", newline="") as f:
@@ -147,10 +159,13 @@ def main(out, partial=False):
             w.writerow([test, size, metric, fmt(ours, 3), fmt(s_ours, 1), fmt(theirs, 3), fmt(s_theirs, 1), fmt(r, 3)])
         for t in tcp_tests:
             w.writerow([f"{t} (TCP)", 131072, "MB/s", fmt(tcp.get(t), 3), fmt(spread(tcp_runs.get(t)), 1), "", "", ""])
+        for t in floor_order:
+            runs = floor_runs.get(t)
+            w.writerow([f"{t} (link)", 64, "usec", fmt(median(runs), 3), fmt(spread(runs), 1), "", "", ""])
     plotted = plot(out, rows)
     complete = all(r[3] is not None and r[4] is not None for r in rows)
     if not partial:
-        complete = complete and all(t in tcp for t in required_tcp)
+        complete = complete and all(t in tcp for t in required_tcp) and all(t in floor_runs for t in required_floor)
     print(f"bench: {os.path.join(out, 'bench.csv')}" + (f", {os.path.join(out, 'bench.png')}" if plotted else ""))
     return 0 if complete and rows else 1
 
