@@ -96,7 +96,8 @@ measure() {
 	fi
 	((rc == 0)) || return 1
 	[[ $PAIR_ROLE == a ]] && return 0
-	record "$stack" "$test" "$size"
+	# (No CPU row without this run's MB/s: record_cpu would divide by another pass's.)
+	record "$stack" "$test" "$size" || return 1
 	[[ -n $sampler ]] && record_cpu "$stack" "$test$TAG" "$size" "$cpu"
 }
 
