@@ -251,11 +251,10 @@ impl Lane {
         }
         let cpu = cpu as i32;
         // A work item still running is queued where it runs (it runs once at a time).
-        // SAFETY: `__enqueue` hands the closure the work's initialised `work_struct`, kept
-        // alive by the `Arc` it holds while queued; the closure returns false only when the
-        // work was queued already (the `Arc` comes back: that run will find this packet).
-        // `system_bh_wq` lives from boot on; `cpu` is online and stays so while preemption is
-        // off, as queueing on a given CPU asks.
+        // (False: queued already, the `Arc` comes back, and that run will find this packet.)
+        // SAFETY: the closure gets the work's initialised `work_struct`, kept alive by the `Arc`
+        // held while queued; `system_bh_wq` lives from boot on; `cpu` is online and stays so
+        // while preemption is off, as queueing on a given CPU asks.
         let _ = unsafe {
             RawWorkItem::<SOFTIRQ>::__enqueue(self.clone(), move |work| {
                 bindings::queue_work_on(cpu, bindings::system_bh_wq, work)
