@@ -20,7 +20,7 @@ use core::ops::DerefMut;
 /// window is smaller), sent within the window as a WRITE's packets are: READ responses are not
 /// acknowledged, so nothing else keeps a large READ from arriving as one burst that overflows
 /// the path.
-pub const READ_PART: u32 = 32;
+pub const READ_PART: u32 = 128;
 
 /// Progress of one WQE the kernel holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -980,13 +980,15 @@ mod tests {
     #[test]
     fn read_requests_come_in_parts_and_repeat_whole() {
         let mut reads = ReadRequests::new(vec![ReadRequest::default(); 4]);
+        let npkts = 3 * READ_PART + 4;
+        let window = 4 * READ_PART;
         let mut w = Progress {
             is_read: true,
-            len: 100 * K,
-            npkts: 100,
+            len: npkts * K,
+            npkts,
             ..Progress::default()
         };
-        assert_eq!(read_request_size(&w, &reads, false, 128), 32);
+        assert_eq!(read_request_size(&w, &reads, false, window), READ_PART);
         assert_eq!(
             read_request_size(&w, &reads, false, 1),
             1,
@@ -994,13 +996,13 @@ mod tests {
         );
         w.sent = 1;
         assert_eq!(
-            read_request_size(&w, &reads, false, 128),
-            31,
+            read_request_size(&w, &reads, false, window),
+            READ_PART - 1,
             "ends where parts end"
         );
-        w.sent = 96;
+        w.sent = 3 * READ_PART;
         assert_eq!(
-            read_request_size(&w, &reads, false, 128),
+            read_request_size(&w, &reads, false, window),
             4,
             "no more than is left"
         );
@@ -1008,17 +1010,17 @@ mod tests {
         // the window has grown to.
         reads
             .push(ReadRequest {
-                first: Psn::new(32),
+                first: Psn::new(READ_PART),
                 count: 2,
             })
             .unwrap();
-        w.sent = 32;
-        assert_eq!(read_request_size(&w, &reads, true, 128), 2);
-        w.sent = 33;
-        assert_eq!(read_request_size(&w, &reads, true, 128), 1);
-        w.sent = 50;
+        w.sent = READ_PART;
+        assert_eq!(read_request_size(&w, &reads, true, window), 2);
+        w.sent = READ_PART + 1;
+        assert_eq!(read_request_size(&w, &reads, true, window), 1);
+        w.sent = READ_PART + 18;
         assert_eq!(
-            read_request_size(&w, &reads, true, 128),
+            read_request_size(&w, &reads, true, window),
             1,
             "unknown: one response"
         );
