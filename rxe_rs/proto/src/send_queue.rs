@@ -520,7 +520,9 @@ impl<S: DerefMut<Target = [Progress]>> SendQueue<S> {
 
 /// How many responses the next READ request for `w` asks for, new (`repeat` false) or sent
 /// again, with the send window at `window_limit`:
-/// - a new request: up to the next multiple of [`READ_PART`] responses, no more than the window;
+/// - a new request: up to the next multiple of [`READ_PART`] responses, no more than half the
+///   window (so the next request goes out while this one's responses arrive: at IB MTU 4096
+///   the whole window is 128 packets);
 /// - a repeat: the rest of the request it repeats (`reads` remembers it; one response if none
 ///   does: its responses all arrived, which rewinds never ask again for), never split, since a
 ///   responder may drop a repeat that is not one of the requests it took.
@@ -539,7 +541,7 @@ pub fn read_request_size<R: DerefMut<Target = [super::read_requests::ReadRequest
     READ_PART
         .saturating_sub(into_part)
         .min(left)
-        .min(window_limit.max(1))
+        .min((window_limit / 2).max(1))
 }
 
 #[cfg(test)]
@@ -993,6 +995,11 @@ mod tests {
             read_request_size(&w, &reads, false, 1),
             1,
             "after a timeout"
+        );
+        assert_eq!(
+            read_request_size(&w, &reads, false, READ_PART),
+            READ_PART / 2,
+            "half the window: the next part overlaps"
         );
         w.sent = 1;
         assert_eq!(
