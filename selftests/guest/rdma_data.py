@@ -391,11 +391,11 @@ def wr_api_batch(ctx):
 
 
 def batch_asks_two_acks(ctx):
-    """64 small RDMA WRITEs posted in one ibv_wr_* batch: one doorbell, and the requester
-    sends them in one run that asks for an ACK every 32 packets and on its last, so the
-    responder sends 2 ACKs, not 64 (the sent_acks and send_doorbells counters); every WRITE
+    """128 small RDMA WRITEs posted in one ibv_wr_* batch: one doorbell, and the requester
+    sends them in one run that asks for an ACK every 64 packets and on its last, so the
+    responder sends 2 ACKs, not 128 (the sent_acks and send_doorbells counters); every WRITE
     completes in order and its bytes land."""
-    count = 64
+    count = 128
     # An ACK timeout of 4.3 s (timeout 20), not 67 ms: a guest stalled that long by a loaded
     # host (CI runs four TCG guests on two cores) retransmits, and every duplicate run is
     # ACKed again. Retransmissions are checked apart, so that such a stall says what it was.

@@ -289,7 +289,7 @@ cm_port() {
 # kernel where rxe_rs runs it: the stream must complete, and its counts are printed. B's
 # requester is running from ACKs while perftest posts, so rxe_rs's provider skips the send
 # doorbell (RING_FLAG_SQ_POLLED) for most posts; a responder answering rxe_rs is asked for an
-# ACK every 32 packets and at the end of a run, not once per message (rdma_rxe asks for one per
+# ACK every 64 packets and at the end of a run, not once per message (rdma_rxe asks for one per
 # message). Without either, each count is N or more. How far below N they go depends on how
 # fast B posts against the round trip, which no bound here can assume: on an idle TCG host
 # about N/10 doorbells and N/5 ACKs; beside the single-VM guests 0.58 N and 0.65 N (206
