@@ -76,8 +76,9 @@ bench_case() {
 measure() {
 	local stack=$1 test=$2 size=$3 case=$4
 	shift 4
-	local sampler= profiler= cpu=$PAIR_RESULTS/cpu.$case
+	local sampler= profiler= cpu=$PAIR_RESULTS/cpu.$case counters=$PAIR_RESULTS/counters.$case
 	if [[ $test == *_bw ]]; then
+		port_counters >"$counters.$PAIR_ROLE.before"
 		python3 "$RXE_RS_ROOT/bench/cpu_sample.py" "$PAIR_DEV" >"$cpu.$PAIR_ROLE" &
 		sampler=$!
 		if [[ -n ${BENCH_PERF:-} ]]; then
@@ -92,6 +93,9 @@ measure() {
 		kill -TERM "$sampler"
 		wait "$sampler"
 		[[ -n $profiler ]] && profile_report "$case" "$profiler"
+		counter_deltas "$counters.$PAIR_ROLE.before" <(port_counters) >"$counters.$PAIR_ROLE"
+		echo "# $case $PAIR_ROLE counters: $(cat "$counters.$PAIR_ROLE")"
+		rm -f "$counters.$PAIR_ROLE.before"
 		pair_barrier "$case-cpu"
 	fi
 	((rc == 0)) || return 1
@@ -99,6 +103,21 @@ measure() {
 	# (No CPU row without this run's MB/s: record_cpu would divide by another pass's.)
 	record "$stack" "$test" "$size" || return 1
 	[[ -n $sampler ]] && record_cpu "$stack" "$test$TAG" "$size" "$cpu"
+}
+
+# This guest's port counters of $DEV ("NAME VALUE" lines), and the nonzero changes between
+# two such lists: what a bandwidth case cost in packets, ACKs, doorbells and retransmissions
+# (both drivers count these under the same names), kept as counters.CASE.ROLE.
+port_counters() {
+	local f
+	for f in "/sys/class/infiniband/$DEV/ports/1/hw_counters/"*; do
+		[[ -r $f ]] && printf '%s %s\n' "${f##*/}" "$(<"$f")"
+	done
+}
+counter_deltas() {
+	awk 'NR == FNR { before[$1] = $2; next }
+		$2 != before[$1] { printf "%s%s=%d", sep, $1, $2 - before[$1]; sep = " " }
+		END { print "" }' "$1" "$2"
 }
 
 # BENCH_PERF: each guest's profile of a bandwidth case (`perf record -a -g` while it ran), as
