@@ -28,8 +28,9 @@ PR_SET_PDEATHSIG = 1
 
 
 def read_remote_addr_wraps(ctx):
-    """A 64 KiB READ at remote address 2^64 - 1 (max_rd_atomic 4, so its parts would go out
-    at once): the range wraps, so it fails as a remote access error; nothing panics."""
+    """A 64 KiB READ at remote address 2^64 - 1: the range wraps, so the requester fails it
+    as a remote access error (what any responder would answer) without putting a wrapped
+    address on the wire; nothing panics."""
     a, b = pair(ctx)
     dst = a.mr(65536)
     a.start(e.IBV_WR_RDMA_READ, [SGE(dst.buf, 65536, dst.lkey)], b.mr(64).rkey, TOP, wr_id=11)
