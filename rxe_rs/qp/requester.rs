@@ -10,7 +10,7 @@ use crate::{
     limits,
     net::transmit::{Transmitter, TxError},
     proto::{
-        ack_request::{asks_ack, Place},
+        ack_request::{ack_interval, asks_ack, Place, PACKETS_PER_ACK_REQ},
         atomic::{is_aligned, AtomicEth, AtomicOp, ATOMIC_BYTES},
         av::AddressVector,
         headers::{Bth, Reth},
@@ -38,6 +38,8 @@ const MAX_FETCHED: u32 = 256;
 /// for RC from the run the next ACK starts, so that a long message or a wide window never
 /// holds the QP's lock (BH off), and the CPU, for long, nor floods the local delivery queue.
 const PACKETS_PER_RUN: u32 = 128;
+// A run the budget ends mid-message still asks for an ACK (the next run comes from it).
+const _: () = assert!(PACKETS_PER_ACK_REQ <= PACKETS_PER_RUN);
 
 /// How a send opcode is segmented.
 fn kind(opcode: u32) -> MessageKind {
@@ -553,6 +555,7 @@ pub(crate) fn run(qp: &QpInner, s: &mut QpLocked) -> RunEnd {
             last_of_message: false, // send_packet knows
             window_edge: s.req.window.is_edge(unacked),
             unasked_before: s.req.noack_pkts,
+            interval: ack_interval(limit),
             // Not past the run's budget: a message ending there asks for its ACK.
             next_follows: budget > 0 && next_follows(s, index),
         };

@@ -295,7 +295,7 @@ cm_port() {
 # about N/10 doorbells and N/5 ACKs; beside the single-VM guests 0.58 N and 0.65 N (206
 # WRITEs/s), and at f52ebe6, at 77 WRITEs/s, 0.83 N and 0.95 N, where most WRITEs went out
 # alone and each asked for its ACK, as it should. rxe_rs_data's batch_asks_two_acks checks
-# both exactly (one doorbell and 2 ACKs for a batch of 64); make bench measures streams.
+# both exactly (one doorbell and 2 ACKs for a batch of 128); make bench measures streams.
 counted_exchange() {
 	local label=$1 mine=$2 n=${!#} doorbells acks t0=$SECONDS
 	shift 2

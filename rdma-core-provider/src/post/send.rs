@@ -79,9 +79,9 @@ pub struct SendQueue {
 }
 
 /// Posts in a row that may skip the doorbell: the next one rings anyway. A stream's runs are
-/// clocked by ACKs, and the last packet of a run is the only one that asks for an ACK; if that
-/// packet or its ACK is lost, this doorbell sends more, whose NAK or ACK recovers within a round
-/// trip instead of the retransmission timeout.
+/// clocked by ACKs, and only some packets of a run ask for one (its last, and one in every 64
+/// or a quarter of the window); if those packets or their ACKs are lost, this doorbell sends
+/// more, whose NAK or ACK recovers within a round trip instead of the retransmission timeout.
 const MAX_UNRUNG: u32 = 32;
 
 impl SendQueue {
