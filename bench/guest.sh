@@ -107,7 +107,8 @@ measure() {
 
 # This guest's port counters of $DEV ("NAME VALUE" lines), and the nonzero changes between
 # two such lists: what a bandwidth case cost in packets, ACKs, doorbells and retransmissions
-# (both drivers count these under the same names), kept as counters.CASE.ROLE.
+# (rdma_rxe counts packets, duplicates and sequence errors under rxe_rs's names, not the
+# rest), kept as counters.CASE.ROLE.
 port_counters() {
 	local f
 	for f in "/sys/class/infiniband/$DEV/ports/1/hw_counters/"*; do
