@@ -1,6 +1,6 @@
 """Kernel CPU time while a benchmark moves data, as one guest of `make bench` sees it.
 
-Usage: cpu_sample.py NETDEV   (runs until SIGTERM, then prints one number or "-")
+Usage: cpu_sample.py NETDEV [SPLIT]   (runs until SIGTERM, then prints one number or "-")
 Samples the guest's CPU time (/proc/stat) and the bytes its link moved (rx + tx of NETDEV)
 every 0.2 s. Kernel time is the elapsed time less idle, I/O wait, user and steal time: user
 time is left out because perftest busy-polls its CQ, which would make every busy guest look
@@ -11,6 +11,12 @@ nothing, while the idle time is measured exactly. At the end it prints the kerne
 seconds per second over the intervals in which the link ran at half its peak rate or more:
 the steady part of the run, without the tools' setup and teardown. The caller divides by the
 payload rate perftest reports to get CPU seconds per GB.
+
+With SPLIT it also writes there the shares of /proc/stat's fields over the same intervals
+(seconds per second), and "lost": the time that none of them holds. A vCPU that misses ticks
+loses them: the softirqs that run between the idle periods of a CPU whose tick is stopped, and
+every tick while the host has the vCPU's thread off its core, which a polling guest, never
+idle, has most. The kernel share above counts "lost" as kernel time.
 """
 import os
 import signal
@@ -27,14 +33,17 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 CPUS = os.cpu_count() or 1
 
 
+FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
 def ticks():
-    """(kernel, elapsed) in clock ticks so far: kernel as elapsed less what was not kernel."""
+    """(kernel, elapsed, /proc/stat's FIELDS) in clock ticks so far: kernel as elapsed less
+    what was not kernel."""
     elapsed = time.monotonic() * CLOCK_TICKS * CPUS
     with open("/proc/stat") as f:
-        # user nice system idle iowait irq softirq steal
-        fields = [int(x) for x in f.readline().split()[1:9]]
+        fields = [int(x) for x in f.readline().split()[1 : 1 + len(FIELDS)]]
     user, nice, _, idle, iowait, _, _, steal = fields
-    return elapsed - (user + nice + idle + iowait + steal), elapsed / CPUS
+    return elapsed - (user + nice + idle + iowait + steal), elapsed / CPUS, fields
 
 
 def link_bytes(netdev):
@@ -45,33 +54,52 @@ def link_bytes(netdev):
     return total
 
 
-def steady_kernel_share(samples):
-    """Kernel CPU ticks / elapsed ticks over the intervals at half the peak link rate or more
-    (CPU seconds per second: up to the number of CPUs)."""
+def steady_steps(samples):
+    """(kernel, elapsed, fields) tick deltas of the intervals at half the peak link rate or
+    more: the steady part of the run."""
     steps = [
-        (k1 - k0, t1 - t0, b1 - b0)
-        for (k0, t0, b0), (k1, t1, b1) in zip(samples, samples[1:])
+        (k1 - k0, t1 - t0, [b - a for a, b in zip(f0, f1)], b1 - b0)
+        for (k0, t0, f0, b0), (k1, t1, f1, b1) in zip(samples, samples[1:])
     ]
-    peak = max((b for _, _, b in steps), default=0)
-    steady = [(k, t) for k, t, b in steps if peak and b * 2 >= peak]
-    total = sum(t for _, t in steady)
+    peak = max((b for *_, b in steps), default=0)
+    return [(k, t, f) for k, t, f, b in steps if peak and b * 2 >= peak]
+
+
+def steady_kernel_share(steady):
+    """Kernel CPU ticks / elapsed ticks (CPU seconds per second: up to the number of CPUs)."""
+    total = sum(t for _, t, _ in steady)
     if not total:
         return None
-    return max(0.0, sum(k for k, _ in steady) / total)
+    return max(0.0, sum(k for k, _, _ in steady) / total)
+
+
+def steady_split(steady):
+    """Each field's share of the elapsed time, and the share no field holds, as one line."""
+    total = sum(t for _, t, _ in steady)
+    if not total:
+        return "-"
+    shares = {name: sum(f[i] for _, _, f in steady) / total for i, name in enumerate(FIELDS)}
+    shares["user"] += shares.pop("nice")
+    lost = CPUS - sum(shares.values())
+    return " ".join(f"{k} {v:.2f}" for k, v in shares.items()) + f" lost {lost:.2f}"
 
 
 def sample(netdev):
     return ticks() + (link_bytes(netdev),)
 
 
-def main(netdev):
+def main(netdev, split_path):
     samples = [sample(netdev)]
     while not stop:
         time.sleep(INTERVAL_S)
         samples.append(sample(netdev))
-    value = steady_kernel_share(samples)
+    steady = steady_steps(samples)
+    value = steady_kernel_share(steady)
     print("-" if value is None else f"{value:.3f}")
+    if split_path:
+        with open(split_path, "w") as f:
+            print(steady_split(steady), file=f)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)

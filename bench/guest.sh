@@ -79,7 +79,7 @@ measure() {
 	local sampler= profiler= cpu=$PAIR_RESULTS/cpu.$case counters=$PAIR_RESULTS/counters.$case
 	if [[ $test == *_bw ]]; then
 		port_counters >"$counters.$PAIR_ROLE.before"
-		python3 "$RXE_RS_ROOT/bench/cpu_sample.py" "$PAIR_DEV" >"$cpu.$PAIR_ROLE" &
+		python3 "$RXE_RS_ROOT/bench/cpu_sample.py" "$PAIR_DEV" "$cpu.$PAIR_ROLE.split" >"$cpu.$PAIR_ROLE" &
 		sampler=$!
 		if [[ -n ${BENCH_PERF:-} ]]; then
 			perf record -a -g -e cpu-clock -o "$PAIR_RESULTS/perf.$case.$PAIR_ROLE.data" \
@@ -92,6 +92,7 @@ measure() {
 	if [[ -n $sampler ]]; then
 		kill -TERM "$sampler"
 		wait "$sampler"
+		echo "# $case $PAIR_ROLE cpu: kernel $(cat "$cpu.$PAIR_ROLE") ($(cat "$cpu.$PAIR_ROLE.split"))"
 		[[ -n $profiler ]] && profile_report "$case" "$profiler"
 		counter_deltas "$counters.$PAIR_ROLE.before" <(port_counters) >"$counters.$PAIR_ROLE"
 		echo "# $case $PAIR_ROLE counters: $(cat "$counters.$PAIR_ROLE")"
