@@ -13,10 +13,10 @@ the steady part of the run, without the tools' setup and teardown. The caller di
 payload rate perftest reports to get CPU seconds per GB.
 
 With SPLIT it also writes there the shares of /proc/stat's fields over the same intervals
-(seconds per second), and "lost": the time that none of them holds. A vCPU that misses ticks
-loses them: the softirqs that run between the idle periods of a CPU whose tick is stopped, and
-every tick while the host has the vCPU's thread off its core, which a polling guest, never
-idle, has most. The kernel share above counts "lost" as kernel time.
+(seconds per second), and "lost": the time that none of them holds. Ticks go uncharged when
+softirqs run between the idle periods of a CPU whose tick is stopped, when the host keeps the
+vCPU's thread off its core for several ticks (it is charged one when it runs again), and when
+ticks come late. The kernel share above counts "lost" as kernel time.
 """
 import os
 import signal
@@ -80,7 +80,7 @@ def steady_split(steady):
         return "-"
     shares = {name: sum(f[i] for _, _, f in steady) / total for i, name in enumerate(FIELDS)}
     shares["user"] += shares.pop("nice")
-    lost = CPUS - sum(shares.values())
+    lost = max(0.0, CPUS - sum(shares.values()))
     return " ".join(f"{k} {v:.2f}" for k, v in shares.items()) + f" lost {lost:.2f}"
 
 

@@ -92,7 +92,7 @@ measure() {
 	if [[ -n $sampler ]]; then
 		kill -TERM "$sampler"
 		wait "$sampler"
-		echo "# $case $PAIR_ROLE cpu: kernel $(cat "$cpu.$PAIR_ROLE") ($(cat "$cpu.$PAIR_ROLE.split"))"
+		echo "# $case $PAIR_ROLE cpu: kernel $(cat "$cpu.$PAIR_ROLE") ($(cat "$cpu.$PAIR_ROLE.split" 2>/dev/null || echo -))"
 		[[ -n $profiler ]] && profile_report "$case" "$profiler"
 		counter_deltas "$counters.$PAIR_ROLE.before" <(port_counters) >"$counters.$PAIR_ROLE"
 		echo "# $case $PAIR_ROLE counters: $(cat "$counters.$PAIR_ROLE")"
