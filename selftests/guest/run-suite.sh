@@ -66,7 +66,7 @@ for test in "$@"; do
 		continue # another guest runs it
 	fi
 	echo "# selftest: $name"
-	limit=${RXE_RS_TEST_TIMEOUT:-1200}
+	limit=${RXE_RS_TEST_TIMEOUT:-1800}
 	started=$SECONDS
 	(sleep $((limit - 20)) && dump_state "$name" $((limit - 20))) &
 	watchdog=$!
