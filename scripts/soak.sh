@@ -3,7 +3,8 @@
 # the time is up: the hostile peer with many more packets, the hostile local user, the life cycle
 # under traffic with more rounds, allocation failures, exhaustion up to max_qp and max_mr with
 # 100000 reg/dereg cycles, and the lossy link with more data and rdma_rxe on both ends as
-# the yardstick. Stops at the first failing round; prints the rounds' figures (results/soak/).
+# the yardstick. The first round also runs every interop exchange (make check runs a short
+# profile of them). Stops at the first failing round; prints the rounds' figures (results/soak/).
 set -euo pipefail
 source "$(dirname "$0")/lib/env.sh"
 source "$RXE_RS_ROOT/scripts/lib/build.sh"
@@ -11,7 +12,7 @@ source "$RXE_RS_ROOT/scripts/lib/build.sh"
 minutes=${SOAK_MINUTES:-30}
 "$RXE_RS_ROOT/scripts/setup.sh"
 build_all debug
-# The long profile (make check runs the short one: 40000 packets, 8 life-cycle rounds, 5000
+# The long profile (make check runs the short one: 24000 packets, 8 life-cycle rounds, 5000
 # reg/dereg cycles, 1 MiB, no baseline). One round takes ~2 h under TCG.
 export RXE_RS_HOSTILE_PACKETS=${RXE_RS_HOSTILE_PACKETS:-1000000}
 export RXE_RS_LOSSY_MIB=${RXE_RS_LOSSY_MIB:-4}
@@ -20,6 +21,7 @@ export RXE_RS_LIFECYCLE_ROUNDS=${RXE_RS_LIFECYCLE_ROUNDS:-56}
 export RXE_RS_EXHAUST_CYCLES=${RXE_RS_EXHAUST_CYCLES:-100000}
 export RXE_RS_EXHAUST_FULL=1
 export RXE_RS_FAULT_ROUNDS=${RXE_RS_FAULT_ROUNDS:-40}
+export RXE_RS_INTEROP_FULL=1
 # A million packets take ~20 min under TCG, the full exhaustion checks ~40.
 export RXE_RS_TEST_TIMEOUT=${RXE_RS_TEST_TIMEOUT:-3600}
 export RXE_RS_VM_TIMEOUT=${RXE_RS_VM_TIMEOUT:-10800}
@@ -34,8 +36,10 @@ start=$SECONDS end=$((SECONDS + minutes * 60)) round=0
 while ((round == 0 || SECONDS < end)); do
 	round=$((round + 1))
 	echo "== soak round $round ($(((end - SECONDS) / 60)) min left)"
+	interop=()
+	((round == 1)) && interop=("$RXE_RS_ROOT/selftests/pair/interop.sh")
 	if ! "$RXE_RS_ROOT/selftests/run.sh" "$RXE_RS_ROOT"/selftests/rxe_rs_{hostile_peer,hostile,lifecycle,faults,exhaust}.sh \
-		"$RXE_RS_ROOT/selftests/pair/lossy_link.sh"; then
+		"$RXE_RS_ROOT/selftests/pair/lossy_link.sh" "${interop[@]}"; then
 		echo "soak: round $round failed (logs: $RXE_RS_RESULTS)"
 		exit 1
 	fi

@@ -101,11 +101,12 @@ lanes_follow_cpu_hotplug() {
 	local cpu1=/sys/devices/system/cpu/cpu1/online gaps drops server client rc i
 	gaps=$(counter rcvd_psn_gap) drops=$(counter send_err)
 	local perftest=(ib_write_bw -d "$DEV" -x "$(gid_index "$DEV" "0000:0000:0000:0000:0000:ffff:0a0b:0001")"
-		-F -s 65536 -q 4 -t 16 -n 320)
+		-F -s 65536 -q 4 -t 16 -n 192)
 	"${perftest[@]}" >/tmp/hotplug-server.out 2>&1 &
 	server=$!
 	wait_for 60 tcp_listening 18515 || echo "# the perftest server did not listen"
-	timeout 300 "${perftest[@]}" 10.11.0.1 >/tmp/hotplug-client.out 2>&1 &
+	# (On a slow CI machine beside three other guests, 320 WRITEs a QP took over 300 s.)
+	timeout 900 "${perftest[@]}" 10.11.0.1 >/tmp/hotplug-client.out 2>&1 &
 	client=$!
 	for i in 1 2 3; do
 		nap 2
@@ -113,11 +114,13 @@ lanes_follow_cpu_hotplug() {
 		nap 2
 		echo 1 >"$cpu1" || { echo "# CPU1 did not come back"; rc=1; }
 	done
+	local outlasted=no
+	kill -0 "$client" 2>/dev/null && outlasted=yes
 	wait "$client" || rc=1
 	reap "$server" 60
 	gaps=$(($(counter rcvd_psn_gap) - gaps)) drops=$(($(counter send_err) - drops))
-	echo "# ib_write_bw -q 4 with CPU1 off and on 3 times: $(awk '$1 == 65536 { print $2 " WRITEs" }' /tmp/hotplug-client.out), PSN gaps $gaps, packets dropped $drops"
-	[[ -z ${rc:-} ]] && awk '$1 == 65536 && $2 == 4 * 320 { found = 1 } END { exit !found }' /tmp/hotplug-client.out &&
+	echo "# ib_write_bw -q 4 with CPU1 off and on 3 times: $(awk '$1 == 65536 { print $2 " WRITEs" }' /tmp/hotplug-client.out), PSN gaps $gaps, packets dropped $drops, stream still running after the third cycle: $outlasted"
+	[[ -z ${rc:-} ]] && awk '$1 == 65536 && $2 == 4 * 192 { found = 1 } END { exit !found }' /tmp/hotplug-client.out &&
 		((gaps == 0 || drops > 0))
 }
 if (($(nproc) > 1)); then
