@@ -4,7 +4,8 @@
 # under traffic with more rounds, allocation failures, exhaustion up to max_qp and max_mr with
 # 100000 reg/dereg cycles, and the lossy link with more data and rdma_rxe on both ends as
 # the yardstick. The first round also runs every interop exchange (make check runs a short
-# profile of them). Stops at the first failing round; prints the rounds' figures (results/soak/).
+# profile of them), and rdma-core's pyverbs suite on rdma_rxe beside rxe_rs (make check
+# compares with rdma_rxe's recorded verdicts). Stops at the first failing round; prints the rounds' figures (results/soak/).
 set -euo pipefail
 source "$(dirname "$0")/lib/env.sh"
 source "$RXE_RS_ROOT/scripts/lib/build.sh"
@@ -21,7 +22,7 @@ export RXE_RS_LIFECYCLE_ROUNDS=${RXE_RS_LIFECYCLE_ROUNDS:-56}
 export RXE_RS_EXHAUST_CYCLES=${RXE_RS_EXHAUST_CYCLES:-100000}
 export RXE_RS_EXHAUST_FULL=1
 export RXE_RS_FAULT_ROUNDS=${RXE_RS_FAULT_ROUNDS:-40}
-export RXE_RS_INTEROP_FULL=1
+export RXE_RS_INTEROP_FULL=1 RXE_RS_PYVERBS_LIVE=1
 # A million packets take ~20 min under TCG, the full exhaustion checks ~40.
 export RXE_RS_TEST_TIMEOUT=${RXE_RS_TEST_TIMEOUT:-3600}
 export RXE_RS_VM_TIMEOUT=${RXE_RS_VM_TIMEOUT:-10800}
@@ -36,11 +37,11 @@ start=$SECONDS end=$((SECONDS + minutes * 60)) round=0
 while ((round == 0 || SECONDS < end)); do
 	round=$((round + 1))
 	echo "== soak round $round ($(((end - SECONDS) / 60)) min left)"
-	interop=()
-	((round == 1)) && interop=("$RXE_RS_ROOT/selftests/pair/interop.sh")
-	# (interop first: a lossy_link killed at its limit leaves the link impaired.)
+	once=()
+	((round == 1)) && once=("$RXE_RS_ROOT"/selftests/{rxe_rs_pyverbs,pair/interop}.sh)
+	# (interop before the lossy link: a lossy_link killed at its limit leaves the link impaired.)
 	if ! "$RXE_RS_ROOT/selftests/run.sh" "$RXE_RS_ROOT"/selftests/rxe_rs_{hostile_peer,hostile,lifecycle,faults,exhaust}.sh \
-		"${interop[@]}" "$RXE_RS_ROOT/selftests/pair/lossy_link.sh"; then
+		"${once[@]}" "$RXE_RS_ROOT/selftests/pair/lossy_link.sh"; then
 		echo "soak: round $round failed (logs: $RXE_RS_RESULTS)"
 		exit 1
 	fi
