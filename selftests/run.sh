@@ -124,8 +124,8 @@ if ((${#single_vm_tests[@]})); then
 	declare -A cost=([rxe_rs_exhaust]=380 [rxe_rs_pyverbs]=205 [rxe_rs_recv]=372 [rxe_rs_cm]=277
 		[rxe_rs_objects]=409 [rxe_rs_netns]=345 [rxe_rs_data]=318 [rxe_rs_faults]=225 [rxe_rs_link]=215
 		[rxe_rs_ud]=175 [rxe_rs_hostile]=169 [rxe_rs_mr]=144)
-	# The knobs (make soak's long profile) change what these cost: 100000 packets took 1047 s,
-	# 16 life-cycle rounds 824 s.
+	# The knobs (make soak's long profile) change what these cost: 100000 packets took 1047 s
+	# at 24ca8e9; 8 life-cycle rounds took 627 s at a034b56, on the slower machine.
 	cost[rxe_rs_hostile_peer]=$((180 + ${RXE_RS_HOSTILE_PACKETS:-24000} / 116))
 	[[ -n ${RXE_RS_EXHAUST_FULL:-} ]] && cost[rxe_rs_exhaust]=2400
 	[[ -n ${RXE_RS_PYVERBS_LIVE:-} ]] && cost[rxe_rs_pyverbs]=410

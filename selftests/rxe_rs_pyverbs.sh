@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
 # rdma-core's own verbs test suite (tests/ from python3-pyverbs, as Debian ships it) against
-# rxe_rs and against rdma_rxe in the same boot, on one device each over a veth pair, with the
-# IPv4 GID. Prints both tallies and the verdict of every test that differs. rxe_rs must fail or
+# rxe_rs, compared with rdma_rxe (below), on a device over a veth pair, with the IPv4 GID.
+# Prints both tallies and the verdict of every test that differs. rxe_rs must fail or
 # error on none, pass every test rdma_rxe passes but for the known gaps below (a gap closed
 # must leave the list), and skip only for the reasons Documentation/verbs-suite.md explains.
 # rdma_rxe's verdicts are those recorded in guest/pyverbs-rdma_rxe.verdicts (this kernel and

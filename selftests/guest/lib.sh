@@ -205,7 +205,7 @@ check() {
 
 # Runs the CHECKs of guest/FILE (pyverbs) against $DEV in one process (a Python start costs
 # seconds in a TCG guest), reporting each result as it comes: run_py_checks FILE CHECK...
-# The process gets the test's time limit (RXE_RS_TEST_TIMEOUT, default 1200 s) less a minute, so
+# The process gets the test's time limit (RXE_RS_TEST_TIMEOUT, default 1800 s) less a minute, so
 # that a hung check is reported as such before the harness kills the script.
 run_py_checks() {
 	local file=$1 line name c
@@ -217,7 +217,7 @@ run_py_checks() {
 		"not ok "*) name=${line#not ok }; name=${name%%:*}; seen[$name]=1; echo "# $line"; ktap_test_fail "$name" ;;
 		*) echo "# $line" ;;
 		esac
-	done < <(timeout $((${RXE_RS_TEST_TIMEOUT:-1200} - 60)) /usr/bin/python3 "$RXE_RS_ROOT/selftests/guest/$file" "$DEV" "$@" 2>&1)
+	done < <(timeout $((${RXE_RS_TEST_TIMEOUT:-1800} - 60)) /usr/bin/python3 "$RXE_RS_ROOT/selftests/guest/$file" "$DEV" "$@" 2>&1)
 	for c in "$@"; do
 		[[ -n ${seen[$c]:-} ]] || ktap_test_fail "$c (no result: the check hung or crashed)"
 	done

@@ -86,6 +86,11 @@ for test in "$@"; do
 	wait "$watchdog" 2>/dev/null
 	echo "# selftest: $name exit=$rc"
 	echo "# selftest: $name took $((SECONDS - started)) s"
+	# A script stopped while it had a CPU offline (rxe_rs_data's hotplug check) must not leave
+	# the next scripts one CPU short.
+	for cpu in /sys/devices/system/cpu/cpu[0-9]*/online; do
+		[[ $(<"$cpu") == 1 ]] || { echo 1 >"$cpu" && echo "# ${cpu%/online} was offline after $name: back online"; }
+	done
 
 	echo "# check: $name dmesg"
 	read_new_dmesg

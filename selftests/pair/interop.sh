@@ -14,7 +14,7 @@
 # through SIDR). rxe_rs on both ends runs the part of that where a wire between two hosts adds
 # to what rxe_rs_data, rxe_rs_ud and rxe_rs_cm.sh run over loopback (see self_cases), and the
 # stream whose doorbells and ACKs rxe_rs counts. A runs the servers, B the clients. make check
-# runs the pairings with rdma_rxe in a short profile (56 exchanges in all instead of 114, see
+# runs the pairings with rdma_rxe in a short profile (57 exchanges in all instead of 114, see
 # check_cases_rxe_rs_asks); RXE_RS_INTEROP_FULL=1 runs all of them (make soak does, once). KTAP
 # results go to stdout (the host counts them); the kernel log must stay clean.
 source "$RXE_RS_ROOT/selftests/guest/pair.sh"
@@ -29,7 +29,7 @@ cases() {
 	case $1 in
 	rxe_rs-rxe_rs)
 		filter=$self_cases
-		# (make check: lossy_link.sh runs pair_atomic.py in every pairing, over a lossy link.)
+		# (make check: lossy_link.sh runs it between two rxe_rs, over a lossy link.)
 		[[ -n ${RXE_RS_INTEROP_FULL:-} ]] && filter+='|^pair_atomic.py'
 		;;
 	rxe_rs-rdma_rxe) [[ -n ${RXE_RS_INTEROP_FULL:-} ]] || filter=$check_cases_rxe_rs_serves ;;
@@ -56,13 +56,15 @@ self_cases='^(ibv_rc_pingpong -c -s 1 |jumbo |ibv_rc_pingpong -c -e -s 1048576|i
 # minutes on a slower machine. Both keep what differs with the direction: the bandwidth tests,
 # where A (the server) is the responder (rxe_rs in the first of these pairings, rdma_rxe in the
 # second), each transport's (RC, UC, UD, atomics, jumbo READ, rdma_cm's -R), the counted
-# stream, a checked 1 MiB RC pingpong, and rdma_cm with a datagram and a multicast group. What
-# runs both ways at once or does not depend on the driver's role (the other pingpongs, GID 0,
-# VLAN, rsockets, the disconnect, pair_ud.py, SRQ) runs once, with rxe_rs serving. Left to the
-# full profile: perftest's latency tests, the repeated rdma_cm tools, and pair_atomic.py, which
-# lossy_link.sh runs in every pairing.
+# stream, a checked 1 MiB RC pingpong, and rdma_cm's rping, a datagram and a multicast group.
+# What runs both ways at once or does not depend on the driver's role (the other pingpongs,
+# GID 0, VLAN, rsockets, rping over IPv6, the disconnect, pair_ud.py, SRQ) runs once, with
+# rxe_rs serving, as does pair_atomic.py (rdma_rxe's ATOMIC WRITEs into rxe_rs: lossy_link.sh
+# runs pair_atomic.py in every pairing, but without them where rdma_rxe asks). Left to the
+# full profile: perftest's latency tests, the repeated rdma_cm tools, and pair_atomic.py with
+# rxe_rs on both ends (lossy_link.sh runs that, over a lossy link).
 check_cases_rxe_rs_asks='^(ibv_rc_pingpong -c -s 1048576 |ib_(send|write|read)_bw -F -s 16384 -n 20$|ib_atomic_bw -F -A FETCH|jumbo ib_read_bw|counted|ib_write_bw -c UC|ib_send_bw -c UD -F|cm (rping|udaddy|mckey)$|ib_write_bw -R|ib_send_bw -c UD -R)'
-check_cases_rxe_rs_serves="$check_cases_rxe_rs_asks"'|^(ibv_rc_pingpong -c -s 1 |ibv_rc_pingpong -c -e -s 65536 |ibv_srq_pingpong|ibv_uc_pingpong|ibv_ud_pingpong -e|ibv_rc_pingpong -c -s 4096 -n 10 -g 0|vlan |ib_send_bw -c UD --use-srq|jumbo ibv_rc_pingpong|pair_ud.py|cm (rping6|rstream|disconnect)$)'
+check_cases_rxe_rs_serves="$check_cases_rxe_rs_asks"'|^(ibv_rc_pingpong -c -s 1 |ibv_rc_pingpong -c -e -s 65536 |ibv_srq_pingpong|ibv_uc_pingpong|ibv_ud_pingpong -e|ibv_rc_pingpong -c -s 4096 -n 10 -g 0|vlan |ib_send_bw -c UD --use-srq|jumbo ibv_rc_pingpong|pair_ud.py|pair_atomic.py|cm (rping6|rstream|disconnect)$)'
 
 all_cases() {
 	local size events t
