@@ -356,9 +356,14 @@ pub(crate) fn flush_rq(qp: &QpInner, s: &mut QpLocked) {
 fn send_ack(qp: &QpInner, s: &mut QpLocked, syndrome: Syndrome, psn: Psn) {
     if s.resp.reads.is_empty() {
         send_ack_now(qp, s, syndrome, psn);
-    } else {
+    } else if !matches!(
+        s.resp.deferred_ack,
+        Some((Syndrome::Nak(NakCode::RemoteAccessError), _))
+    ) {
         s.resp.deferred_ack = Some((syndrome, psn));
     }
+    // (An access NAK waiting, for a repeated READ whose MR is gone, is not replaced: an ACK
+    // for the requests the requester sends again after that READ would lose it every time.)
 }
 
 /// Sends an ACK or NAK for `psn` right away.
@@ -482,9 +487,22 @@ fn send_owed_replies(qp: &Arc<QpInner>, s: &mut QpLocked, budget: u32) {
                 fail(qp, s, Failure::Access, response.psn);
                 return;
             }
+            Err(TxError::Payload(_)) => {
+                // A repeat whose MR is gone: NAK it too, or a requester with retry_cnt 7
+                // (retry forever) asks for the rest for good. But this QP stays as it is:
+                // the repeat may answer a spurious retry of a READ the requester already
+                // has, which then takes the NAK as stale.
+                if !finished {
+                    s.resp.reads.pop();
+                }
+                send_ack_now(
+                    qp,
+                    s,
+                    Syndrome::Nak(NakCode::RemoteAccessError),
+                    response.psn,
+                );
+            }
             // Dropped like a packet lost on the wire: the requester asks again for the rest.
-            // Also a repeat whose MR is gone: it may answer a spurious retry of a READ the
-            // requester already has, and ending the QP for that would kill a healthy one.
             Err(_) if !finished => {
                 s.resp.reads.pop();
             }
@@ -1012,17 +1030,29 @@ fn duplicate(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) {
         if let Some(reth) = Reth::parse(d.ext_headers) {
             // Only PSNs a READ executed before took: the responses must not run past them.
             let end = d.bth.psn.add(packet_count(reth.dma_len, s.attrs.path_mtu));
-            // One that does not check is dropped, not NAKed: without a record of the READs
-            // executed (rdma_rxe's responder resources) it cannot be told from a forgery at a
-            // guessed PSN, which must not end the QP.
-            if end.diff(s.resp.seq.epsn) <= 0
-                && check_remote(qp, s, &reth, Access::REMOTE_READ).is_ok()
-            {
-                // Room is made by dropping older repeats (`ReadReplies::push`); if it could not
-                // be, the requester would simply ask again.
-                if queue_read(s, &reth, d.bth.psn, true).is_ok() {
-                    qp::schedule_read_replies(qp);
+            if end.diff(s.resp.seq.epsn) > 0 {
+                return;
+            }
+            match check_remote(qp, s, &reth, Access::REMOTE_READ) {
+                Ok(()) => {
+                    // Room is made by dropping older repeats (`ReadReplies::push`); if it
+                    // could not be, the requester would simply ask again.
+                    if queue_read(s, &reth, d.bth.psn, true).is_ok() {
+                        qp::schedule_read_replies(qp);
+                    }
                 }
+                // Its MR went away (or the rights): NAK it, after what is owed, or a requester
+                // with retry_cnt 7 (retry forever) asks again for good. This QP stays as it is
+                // (rdma_rxe moves its own to the error state): without a record of the READs
+                // executed (rdma_rxe's responder resources) a repeat cannot be told from a
+                // forgery at a guessed PSN, or from a spurious retry of a READ the requester
+                // has since completed (ours takes the NAK as stale), and neither may end the
+                // QP. A forger learns nothing new: it could as well send the NAK itself.
+                Err(Failure::Access) => {
+                    send_ack(qp, s, Syndrome::Nak(NakCode::RemoteAccessError), d.bth.psn)
+                }
+                // Longer than any READ we execute: not one we took.
+                Err(_) => {}
             }
         }
         return;
