@@ -30,14 +30,15 @@ source "$RXE_RS_ROOT/selftests/guest/lib.sh"
 NQN=nqn.2026-11.io.rxe-rs:pair
 HOSTNQN=nqn.2026-11.io.rxe-rs:host-b
 CFS=/sys/kernel/config/nvmet
-# fio's verified jobs: sizes small enough for a debug kernel under TCG (about 1 MB/s there).
+# fio's verified jobs: sizes small enough for a debug kernel under TCG (about 1 MB/s there, less
+# on a slow CI machine beside the single-VM guests: 8 MiB and 4 MiB took the suite past 90 min).
 FIO_COMMON=(--direct=1 --ioengine=libaio --verify=crc32c --verify_fatal=1 --verify_state_save=0
 	--randrepeat=1 --group_reporting)
-FIO_WRITE=(--name=write --rw=randwrite --bssplit=4k/40:64k/40:1m/20 --size=8M --iodepth=16)
+FIO_WRITE=(--name=write --rw=randwrite --bssplit=4k/40:64k/40:1m/20 --size=4M --iodepth=16)
 FIO_LOSSY=(--name=lossy --rw=randrw --bssplit=4k/50:64k/50 --offset=64M --size=2M --iodepth=8)
 # The damage for the lossy step (per RoCE frame, both ways), as lossy_link.sh's.
 LOSSY_IMPAIRMENT=${RXE_RS_IMPAIRMENT:-loss=0.03 dup=0.02 reorder=0.03 corrupt=0.01}
-FIO_MIXED=(--name=mixed --rw=randrw --bssplit=4k/50:16k/30:128k/20 --offset=32M --size=4M --iodepth=1)
+FIO_MIXED=(--name=mixed --rw=randrw --bssplit=4k/50:16k/30:128k/20 --offset=32M --size=2M --iodepth=1)
 
 # The exported namespace: a 1 GiB memory-backed null_blk device (pages allocated as written) behind port 4420 on our
 # address (rdma_cm listens there on whichever RDMA device has the address).
