@@ -13,7 +13,8 @@
 #   make lint            rustfmt + clippy (module and host crates), warnings are errors
 #   make check           all tests: lints, host unit tests, VM selftests (the README's command)
 #   make check-quick     the inner loop: lints, host unit tests, one guest with the core scripts
-#   make soak            the hostile campaign for 30 min (SOAK_MINUTES): hostile peer, lossy link;
+#   make soak            the hostile campaign for 30 min (SOAK_MINUTES): hostile peer, lossy link
+#                        (all its pairings);
 #                        its first round also runs the whole interop matrix and pyverbs on rdma_rxe
 #   make bench           rxe_rs vs rdma_rxe vs TCP on two VMs (bench kernel): table, CSV, PNG
 

@@ -2,8 +2,8 @@
 # make soak: the hostile campaign for a long while (SOAK_MINUTES, default 30), in rounds until
 # the time is up: the hostile peer with many more packets, the hostile local user, the life cycle
 # under traffic with more rounds, allocation failures, exhaustion up to max_qp and max_mr with
-# 100000 reg/dereg cycles, and the lossy link with more data and rdma_rxe on both ends as
-# the yardstick. The first round also runs every interop exchange (make check runs a short
+# 100000 reg/dereg cycles, and the lossy link with more data, rxe_rs serving rdma_rxe (make
+# check runs the other two pairings) and rdma_rxe on both ends as the yardstick. The first round also runs every interop exchange (make check runs a short
 # profile of them), and rdma-core's pyverbs suite on rdma_rxe beside rxe_rs (make check
 # compares with rdma_rxe's recorded verdicts). Stops at the first failing round; prints the rounds' figures (results/soak/).
 set -euo pipefail

@@ -21,8 +21,9 @@ source "$RXE_RS_ROOT/selftests/guest/pair.sh"
 source "$RXE_RS_ROOT/selftests/guest/lib.sh"
 
 # The exchanges of pairing $1 ("rxe_rs-rxe_rs", ...), a line each: perftest arguments get
-# -d/-x, pingpong -d/-g. make check runs the pairings with rdma_rxe in their short profile
-# (check_cases_*); RXE_RS_INTEROP_FULL=1 (make soak, once) runs every line in both.
+# -d/-x, pingpong -d/-g. make check runs each pairing in its short profile (self_cases_check,
+# check_cases_*); RXE_RS_INTEROP_FULL=1 (make soak, once) runs self_cases with rxe_rs on both
+# ends and every line in the pairings with rdma_rxe.
 # RXE_RS_INTEROP_CASES, an extended regex, keeps only the lines it matches (for a quicker look).
 cases() {
 	local filter=.
@@ -52,8 +53,8 @@ cases() {
 self_cases='^(ibv_rc_pingpong -c -s 1 |jumbo |ibv_rc_pingpong -c -e -s 1048576|ib_(write|read)_bw -F|counted|pair_ud.py|pair_atomic.py|cm (rping6|disconnect)$|ib_send_lat -c UD -R|ibv_uc_pingpong|ib_atomic_bw -F -A FETCH|vlan |ibv_srq_pingpong)'
 
 # make check's profile. An exchange costs 20-50 s in a loaded TCG guest, mostly two tools
-# starting (pair_ud.py and pair_atomic.py 80-140 s), and 114 of them took the pair phase past
-# CI's 90 minutes on a slow machine (stops 41 and 42: interop alone 3035 s with 57). What stays
+# starting (pair_ud.py and pair_atomic.py 80-140 s), and 57 of them still took the pair phase
+# past CI's 90 minutes on a slow machine (stops 41 and 42: interop alone 3035 s). What stays
 # is what a user of each role meets first, and what only a wire shows:
 # - rxe_rs on both ends (5): a checked 1 MiB RC pingpong with events, a READ stream at link MTU
 #   9000 (frames in page fragments), the counted stream, rping over IPv6, UD through SIDR.
@@ -64,8 +65,8 @@ self_cases='^(ibv_rc_pingpong -c -s 1 |jumbo |ibv_rc_pingpong -c -e -s 1048576|i
 #   state both ways at once: pair_ud.py (UD bytes, echoes through ibv_create_ah_from_wc),
 #   pair_atomic.py (exact results, rdma_rxe's ATOMIC WRITEs), SRQs over 4 QPs, a killed
 #   client's disconnect.
-# The rest (GID 0, VLAN, latency tests, -R, udaddy, mckey, rsockets, more sizes) runs in make
-# soak's first round; rxe_rs_cm.sh and rxe_rs_ud.sh run udaddy, mckey and -R over loopback.
+# The rest (GID 0, VLAN, the other latency and -R tests, udaddy, mckey, rsockets, more sizes)
+# runs in make soak's first round; rxe_rs_cm.sh runs udaddy, mckey and -R over loopback.
 self_cases_check='^(ibv_rc_pingpong -c -e -s 1048576|jumbo ib_read_bw|counted|cm rping6$|ib_send_lat -c UD -R)'
 check_cases_rxe_rs_asks='^(ibv_rc_pingpong -c -s 1048576 |ib_(write|read)_bw -F -s 16384 -n 20$|ib_atomic_bw -F -A FETCH|jumbo ib_read_bw|counted|ib_write_bw -c UC|ib_send_bw -c UD -F|cm rping$)'
 check_cases_rxe_rs_serves='^(ibv_rc_pingpong -c -s 1048576 |ib_(write|read)_bw -F -s 16384 -n 20$|ib_atomic_bw -F -A FETCH|jumbo ib_read_bw|counted|ib_write_bw -c UC|cm (rping|disconnect)$|ibv_srq_pingpong|pair_ud.py|pair_atomic.py)'
