@@ -8,7 +8,7 @@ DEV=rxers0
 here=$(dirname "$0")
 
 ktap_print_header
-ktap_set_plan 32
+ktap_set_plan 35
 reset_or_bail
 ip netns del rxpeer 2>/dev/null
 ip netns add rxpeer
@@ -128,6 +128,25 @@ check "a READ beyond max_dest_rd_atomic is an invalid request" \
 	wait_for 30 counter_is rcvd_invalid_request $((invalid_before + 1))
 echo >&"${READER1[1]}"
 reap "$READER1_PID"
+
+# A READ asked for again after its MR was deregistered (its responses lost, as far as the
+# requester knows) is NAKed with a remote access error at the repeat's PSN, and the QP stays
+# as it was: the repeat may be a spurious retry, or forged. Dropped silently before 5d4bbc9,
+# a requester with retry_cnt 7 (retry forever) asked for it for good.
+coproc READER2 { /usr/bin/python3 -u "$here/guest/read_target.py" "$DEV" "$gid" "$peer_gid" 4096 1; }
+read -r -t 300 read_qpn rkey va <&"${READER2[0]}"
+first=$(REPLIES=5 send "$read_qpn" "read:0:$va:$rkey:4096")
+echo dereg >&"${READER2[1]}"
+read -r -t 120 gone <&"${READER2[0]}"
+again=$(REPLIES=2 send "$read_qpn" "read:0:$va:$rkey:4096")
+echo "# a READ, then its repeat after the dereg: $(printf '%s\n%s\n' "$first" "$again" | tr '\n' ';')"
+check "a 4 KiB READ from the wire gets its 4 responses (MTU 1024)" \
+	test "$(grep -c '^reply 0xd 0 \|^reply 0xe [12] \|^reply 0xf 3 ' <<<"$first")" = 4
+check "its repeat after the MR's dereg: NAKed, remote access error ($gone)" \
+	test "$(tr '\n' ';' <<<"$again")" = "reply 0x11 0 0x62;no more replies;"
+check "... and the QP is still in RTR" bash -c "rdma resource show qp lqpn $read_qpn | grep -q 'state RTR'"
+echo >&"${READER2[1]}"
+reap "$READER2_PID"
 
 # A requester's QP with an 8-byte WRITE in flight at PSN 0: an ACK for a PSN it never sent is
 # dropped (a blind, spoofed ACK must not complete it); the real ACK for PSN 0 completes it.

@@ -2,7 +2,8 @@
 crafted READ requests to ask; its responses go to DGID.
 
 Usage: read_target.py DEV GID_INDEX DGID SIZE [MAX_DEST_RD_ATOMIC]
-Prints "QPN RKEY ADDR", then waits for a line on stdin (the test is done) and exits.
+Prints "QPN RKEY ADDR", then reads lines on stdin: "dereg" deregisters the MR (and prints
+"deregistered"), anything else means the test is done: it exits.
 """
 import sys
 
@@ -18,7 +19,9 @@ def main():
     ctx, pd, cq, qp = rtr_qp(dev, gid_index, access=e.IBV_ACCESS_REMOTE_READ, dgid=dgid, max_dest_rd_atomic=max_dest)
     mr = MR(pd, size, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ)
     print(qp.qp_num, mr.rkey, mr.buf, flush=True)
-    sys.stdin.readline()
+    while sys.stdin.readline().strip() == "dereg":
+        mr.close()
+        print("deregistered", flush=True)
 
 
 if __name__ == "__main__":
