@@ -40,7 +40,8 @@ dump_state() {
 	dmesg | tail -60 | sed 's/^/# blocked: /'
 }
 
-echo "# suite: kernel $(uname -r), $(nproc) CPUs"
+# (How long the guest took to get here: under load a 1-CPU pair guest took minutes.)
+echo "# suite: kernel $(uname -r), $(nproc) CPUs, up $(cut -d. -f1 /proc/uptime) s"
 [[ -e $KMEMLEAK ]] && echo clear >"$KMEMLEAK"
 ran=()
 # The kernel log is checked in consecutive pieces, none left out: lines up to `checked` are.
