@@ -15,7 +15,8 @@
 #   make check-quick     the inner loop: lints, host unit tests, one guest with the core scripts
 #   make soak            the hostile campaign for 30 min (SOAK_MINUTES): hostile peer, lossy link
 #                        (all its pairings);
-#                        its first round also runs the whole interop matrix and pyverbs on rdma_rxe
+#                        its first round also runs the whole interop matrix, NVMe-oF in every
+#                        pairing, and pyverbs on rdma_rxe
 #   make bench           rxe_rs vs rdma_rxe vs TCP on two VMs (bench kernel): table, CSV, PNG
 
 SHELL := /bin/bash

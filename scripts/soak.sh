@@ -3,9 +3,11 @@
 # the time is up: the hostile peer with many more packets, the hostile local user, the life cycle
 # under traffic with more rounds, allocation failures, exhaustion up to max_qp and max_mr with
 # 100000 reg/dereg cycles, and the lossy link with more data, rxe_rs serving rdma_rxe (make
-# check runs the other two pairings) and rdma_rxe on both ends as the yardstick. The first round also runs every interop exchange (make check runs a short
-# profile of them), and rdma-core's pyverbs suite on rdma_rxe beside rxe_rs (make check
-# compares with rdma_rxe's recorded verdicts). Stops at the first failing round; prints the rounds' figures (results/soak/).
+# check runs the other two pairings) and rdma_rxe on both ends as the yardstick. The first
+# round also runs every interop exchange and NVMe-oF in all three pairings (make check runs a
+# short profile of each), and rdma-core's pyverbs suite on rdma_rxe beside rxe_rs (make check
+# compares with rdma_rxe's recorded verdicts). Stops at the first failing round; prints the
+# rounds' figures (results/soak/).
 set -euo pipefail
 source "$(dirname "$0")/lib/env.sh"
 source "$RXE_RS_ROOT/scripts/lib/build.sh"
@@ -22,7 +24,7 @@ export RXE_RS_LIFECYCLE_ROUNDS=${RXE_RS_LIFECYCLE_ROUNDS:-56}
 export RXE_RS_EXHAUST_CYCLES=${RXE_RS_EXHAUST_CYCLES:-100000}
 export RXE_RS_EXHAUST_FULL=1
 export RXE_RS_FAULT_ROUNDS=${RXE_RS_FAULT_ROUNDS:-40}
-export RXE_RS_INTEROP_FULL=1 RXE_RS_PYVERBS_LIVE=1
+export RXE_RS_INTEROP_FULL=1 RXE_RS_PYVERBS_LIVE=1 RXE_RS_NVMEOF_FULL=1
 # A million packets take ~20 min under TCG, the full exhaustion checks ~40.
 export RXE_RS_TEST_TIMEOUT=${RXE_RS_TEST_TIMEOUT:-3600}
 export RXE_RS_VM_TIMEOUT=${RXE_RS_VM_TIMEOUT:-10800}
@@ -38,7 +40,7 @@ while ((round == 0 || SECONDS < end)); do
 	round=$((round + 1))
 	echo "== soak round $round ($(((end - SECONDS) / 60)) min left)"
 	once=()
-	((round == 1)) && once=("$RXE_RS_ROOT"/selftests/{rxe_rs_pyverbs,pair/interop}.sh)
+	((round == 1)) && once=("$RXE_RS_ROOT"/selftests/{rxe_rs_pyverbs,pair/interop,pair/nvmeof}.sh)
 	# (interop before the lossy link: a lossy_link killed at its limit leaves the link impaired.)
 	if ! "$RXE_RS_ROOT/selftests/run.sh" "$RXE_RS_ROOT"/selftests/rxe_rs_{hostile_peer,hostile,lifecycle,faults,exhaust}.sh \
 		"${once[@]}" "$RXE_RS_ROOT/selftests/pair/lossy_link.sh"; then

@@ -83,10 +83,11 @@ pair_stack_up() {
 }
 
 # Runs FUNC MINE LABEL for each of the three pairings in turn, MINE being this side's stack:
-# rxe_rs on both ends, rxe_rs (A) with rdma_rxe (B), and rdma_rxe (A) with rxe_rs (B).
+# rxe_rs on both ends, rxe_rs (A) with rdma_rxe (B), and rdma_rxe (A) with rxe_rs (B); or for
+# those PAIR_PAIRINGS names ("A-B ...").
 pair_each_pairing() {
 	local a b p
-	for p in rxe_rs-rxe_rs rxe_rs-rdma_rxe rdma_rxe-rxe_rs; do
+	for p in ${PAIR_PAIRINGS:-rxe_rs-rxe_rs rxe_rs-rdma_rxe rdma_rxe-rxe_rs}; do
 		a=${p%-*} b=${p#*-}
 		if [[ $PAIR_ROLE == a ]]; then "$1" "$a" "$a<->$b"; else "$1" "$b" "$a<->$b"; fi
 	done
