@@ -153,8 +153,9 @@ if ((${#single_vm_tests[@]})); then
 			((SECONDS - waited_from < ${RXE_RS_PAIR_BOOT_WAIT:-600})) && kill -0 "$pair_pid" 2>/dev/null || break
 			sleep 2
 		done
-		echo "selftests: the pair's guests reached their scripts in $((SECONDS - waited_from)) s; booting the single-VM guests"
+		echo "selftests: waited $((SECONDS - waited_from)) s for the pair's guests to reach their scripts; booting the single-VM guests"
 		vm_timeout=$((vm_timeout - (SECONDS - waited_from)))
+		((vm_timeout >= 300)) || vm_timeout=300 # (timeout 0 would mean no limit)
 	fi
 	echo "selftests: $vms guests share ${tests[*]##*/}"
 	pids=() followers=()
