@@ -3,9 +3,10 @@
 # first two, see PAIR_PAIRINGS below): rxe_rs on both ends, rxe_rs target (A) with an rdma_rxe
 # host (B; the target's receives then on SRQs: nvmet-rdma use_srq=1, a kernel consumer's SRQ),
 # and an rdma_rxe target (A) with an rxe_rs host (B). A exports a memory-backed null_blk
-# namespace through nvmet-rdma; B discovers it, connects with nvme-rdma, and runs fio with crc32c verification (random writes of 4 KiB to
-# 1 MiB at queue depth 16, then mixed reads and writes at depth 1), disconnects, connects again
-# and verifies what it wrote before (fio --verify_only), and disconnects. Where B runs rxe_rs,
+# namespace through nvmet-rdma; B discovers it, connects with nvme-rdma, and runs fio with
+# crc32c verification (random writes of 4 KiB to 1 MiB at queue depth 16, then mixed reads and
+# writes at depth 1), disconnects, connects again and verifies what it wrote before (fio
+# --verify_only), and disconnects. Where B runs rxe_rs,
 # it then deletes its RDMA link under I/O: fio must end (with I/O errors) and nothing hang. With
 # rxe_rs on both ends, verified I/O also runs over a link that damages RoCE frames (the host's
 # relay, as in lossy_link.sh): it must recover or fail the I/O, never return wrong data or hang.
