@@ -104,7 +104,24 @@ if [[ -n $pmem ]]; then
 	qemu_opts+=" -object memory-backend-ram,id=rxepmem,size=128M -device nvdimm,id=rxenvdimm,memdev=rxepmem"
 fi
 
+# No udev in the guest: virtme-ng's init would start udevd and wait for its coldplug, which
+# took 185-240 s of a 1-CPU TCG guest's 290 s of boot whatever its rules (enumerating sysfs
+# alone took 36 s). The guest's root is the host's, served by QEMU over 9p, so QEMU runs in a
+# mount namespace of its own where udevadm and systemd-udevd are scripts/guest-udev/udevadm
+# (the host's stay as they are). What the guests need of udev: the links to virtme-ng's script
+# ports (the stand-in makes them) and the CPU's CRC32 driver, the ICRC's, loaded as on a host
+# booted with udev (the command below). Device nodes come from devtmpfs; network devices keep
+# their kernel names (the pair scripts find theirs by MAC) and veths their MACs.
+mounts=()
+for bin in /lib/systemd/systemd-udevd "$(command -v udevadm)"; do
+	bin=$(realpath "$bin")
+	[[ " ${mounts[*]} " == *" $bin "* ]] || mounts+=("$bin")
+done
+prefix="grep -qw pclmulqdq /proc/cpuinfo && modprobe -q crc32_pclmul;"
 cmd=$(printf '%q ' "$@")
-exec timeout --kill-after=10 "$timeout_s" "${vng_base[@]}" $(accel_flag) "${rwdirs[@]}" \
+exec unshare --mount --propagation private -- \
+	bash -c 'stub=$1; shift; while [[ $1 != -- ]]; do mount --bind "$stub" "$1" || exit; shift; done; shift; exec "$@"' \
+	bash "$RXE_RS_ROOT/scripts/guest-udev/udevadm" "${mounts[@]}" -- \
+	timeout --kill-after=10 "$timeout_s" "${vng_base[@]}" $(accel_flag) "${rwdirs[@]}" \
 	${qemu_opts:+--qemu-opts "$qemu_opts"} \
-	--exec "export RXE_RS_ROOT=$RXE_RS_ROOT KDIR=$kdir; $cmd"
+	--exec "export RXE_RS_ROOT=$RXE_RS_ROOT KDIR=$kdir; $prefix $cmd"

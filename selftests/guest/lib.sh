@@ -98,9 +98,10 @@ fails_with() {
 	grep -q -- "$message" <<<"$out" || { echo "# expected '$message', got: $out"; return 1; }
 }
 
-# A veth pair with IPv4 addresses on both ends, both up: a netdev with carrier. Waits for udev,
-# which gives a new veth its MAC address a moment later (MACAddressPolicy=persistent): a device
-# created on it before then would take its node GUID from the address about to go.
+# A veth pair with IPv4 addresses on both ends, both up: a netdev with carrier. Waits for udev
+# where it runs (scripts/vm.sh's guests run none), which gives a new veth its MAC address a
+# moment later (MACAddressPolicy=persistent): a device created on it before then would take
+# its node GUID from the address about to go.
 make_veth() {
 	ip link add "${1:-veth0}" type veth peer name "${2:-veth1}"
 	udevadm settle --timeout=60 2>/dev/null
