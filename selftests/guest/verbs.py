@@ -1,10 +1,13 @@
-"""Small pyverbs checks run by the selftests: each prints why it failed and exits non-zero.
+"""Small pyverbs checks run by the selftests, in one process on one context: a line
+"running NAME" before each and its verdict after, "ok NAME" or "not ok NAME: why" (a Python
+start with pyverbs costs 20-30 s of a loaded TCG guest, and the checks are many).
 
-Usage: verbs.py DEVICE CHECK  (see CHECKS below)
+Usage: verbs.py DEVICE CHECK...  (see CHECKS below)
 """
 import errno
 import sys
 import time
+import traceback
 
 from pyverbs.cq import CQ, CompChannel
 from pyverbs.device import Context
@@ -375,6 +378,16 @@ CHECKS = {f.__name__: f for f in [pd_alloc_dealloc, cq_create_poll_empty, cq_bad
                                    cq_ex_polls_a_session, gid_table_of_the_netdev]}
 
 if __name__ == "__main__":
-    device, check = sys.argv[1], sys.argv[2]
+    device = sys.argv[1]
     with Context(name=device) as context:
-        CHECKS[check](context)
+        for name in sys.argv[2:]:
+            print(f"running {name}", flush=True)
+            try:
+                CHECKS[name](context)
+                print(f"ok {name}", flush=True)
+            except SystemExit as why:  # a check's sys.exit(reason)
+                print(f"not ok {name}: {why.code}", flush=True)
+            except Exception as err:
+                for line in traceback.format_exc().splitlines():
+                    print(f"  {line}", flush=True)
+                print(f"not ok {name}: {type(err).__name__}: {err}", flush=True)
