@@ -123,12 +123,12 @@ if ((${#single_vm_tests[@]})); then
 	# list, costliest first (seconds under TCG beside the pairs at 24ca8e9, or measured on a
 	# 2.2x slower machine at a034b56 and divided by 2.2; new scripts count 300): each runs the
 	# next script no guest has taken (run-suite.sh, RXE_RS_QUEUE), so they end together.
-	declare -A cost=([rxe_rs_exhaust]=380 [rxe_rs_pyverbs]=205 [rxe_rs_recv]=372 [rxe_rs_cm]=277
-		[rxe_rs_objects]=409 [rxe_rs_netns]=345 [rxe_rs_data]=318 [rxe_rs_faults]=225 [rxe_rs_link]=215
+	declare -A cost=([rxe_rs_exhaust]=120 [rxe_rs_pyverbs]=205 [rxe_rs_recv]=372 [rxe_rs_cm]=277
+		[rxe_rs_objects]=250 [rxe_rs_netns]=345 [rxe_rs_data]=318 [rxe_rs_faults]=225 [rxe_rs_link]=215
 		[rxe_rs_ud]=175 [rxe_rs_hostile]=169 [rxe_rs_mr]=144)
 	# The knobs (make soak's long profile) change what these cost: 100000 packets took 1047 s
 	# at 24ca8e9; 8 life-cycle rounds took 627 s at a034b56, on the slower machine.
-	cost[rxe_rs_hostile_peer]=$((180 + ${RXE_RS_HOSTILE_PACKETS:-24000} / 116))
+	cost[rxe_rs_hostile_peer]=$((180 + ${RXE_RS_HOSTILE_PACKETS:-8000} / 116))
 	[[ -n ${RXE_RS_EXHAUST_FULL:-} ]] && cost[rxe_rs_exhaust]=2400
 	[[ -n ${RXE_RS_PYVERBS_LIVE:-} ]] && cost[rxe_rs_pyverbs]=410
 	cost[rxe_rs_lifecycle]=$((70 + 30 * ${RXE_RS_LIFECYCLE_ROUNDS:-8}))

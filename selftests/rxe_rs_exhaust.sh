@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
-# Exhaustion (guest/exhaust.py): PDs up to the device's limit (the next one ENOMEM, all of them
-# freed), reg/dereg churn with kernel memory that stays flat, QP memory charged to the
-# process's memory cgroup and given back, and one async event per CQ overflow (no flood). The
-# suite checks kmemleak and dmesg afterwards.
-# make check: 5000 reg/dereg cycles. make soak (RXE_RS_EXHAUST_FULL=1): 100000 cycles
-# (RXE_RS_EXHAUST_CYCLES), and QPs up to max_qp and MRs up to max_mr too (65536 creations and
-# 65535 registrations, minutes each under TCG).
+# Exhaustion (guest/exhaust.py): reg/dereg churn with kernel memory that stays flat, QP memory
+# charged to the process's memory cgroup and given back, and one async event per CQ overflow
+# (no flood); with RXE_RS_EXHAUST_FULL=1 (make soak) also PDs, QPs and MRs up to the device's
+# limits (the next one ENOMEM, all of them freed: 65536 PDs took 305-378 s of a loaded TCG
+# guest, and the single-VM scripts ran past CI's limit at stop 43). The suite checks kmemleak
+# and dmesg afterwards. make check: 2000 reg/dereg cycles; make soak 100000
+# (RXE_RS_EXHAUST_CYCLES).
 source "$(dirname "$0")/guest/lib.sh"
 DEV=rxers0
 
-checks=(pds_to_the_limit mr_churn_bounded qp_memory_charged async_events_bounded)
+checks=(mr_churn_bounded qp_memory_charged async_events_bounded)
 # QPs first: no QP of the earlier checks is alive then.
-[[ -n ${RXE_RS_EXHAUST_FULL:-} ]] && checks=(qps_to_the_limit "${checks[@]}" mrs_to_the_limit)
+[[ -n ${RXE_RS_EXHAUST_FULL:-} ]] && checks=(qps_to_the_limit pds_to_the_limit "${checks[@]}" mrs_to_the_limit)
 ktap_print_header
 ktap_set_plan ${#checks[@]}
 reset_or_bail

@@ -6,7 +6,7 @@ Each check ends with the device still working for a fresh pair of QPs; kmemleak 
 checked by the suite after the script.
 
 Usage: exhaust.py DEVICE [CHECK...]   prints "ok NAME" or "not ok NAME: why" per check.
-Knob: RXE_RS_EXHAUST_CYCLES, the reg/dereg cycles of mr_churn_bounded (default 5000).
+Knob: RXE_RS_EXHAUST_CYCLES, the reg/dereg cycles of mr_churn_bounded (default 2000).
 """
 import ctypes
 import errno
@@ -188,7 +188,7 @@ def kernel_memory_kib():
 def mr_churn_bounded(ctx):
     """RXE_RS_EXHAUST_CYCLES reg/dereg cycles, 64 MRs live at a time: keys stay distinct
     among the live ones and kernel memory does not grow with the number of cycles."""
-    cycles = int(os.environ.get("RXE_RS_EXHAUST_CYCLES", "5000"))
+    cycles = int(os.environ.get("RXE_RS_EXHAUST_CYCLES", "2000"))
     v = verbs(ctx)
     batch = 64
 

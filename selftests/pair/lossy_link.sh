@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # RC over a bad link between two VMs: the host's relay (scripts/lib/impair-relay.py, started by
 # vm-pair.sh --impairable) loses, duplicates, reorders and corrupts RoCE frames. In each pairing
-# (rxe_rs on both ends and rdma_rxe serving rxe_rs; with RXE_RS_LOSSY_BASELINE=1, make soak's
-# profile, also rxe_rs serving the C rdma_rxe and rdma_rxe on both ends as the yardstick)
+# (make check: rdma_rxe serving rxe_rs; with RXE_RS_LOSSY_BASELINE=1, make soak's profile, also
+# rxe_rs on both ends, rxe_rs serving the C rdma_rxe and rdma_rxe on both ends as the yardstick)
 # every byte must still arrive right: pair_data.py's multi-packet WRITEs, READs (responses and
 # ACKs lost, READ requests duplicated) and SENDs, verified byte for byte; and every atomic must
 # take effect once: pair_atomic.py's results exact. Each side prints its
@@ -119,16 +119,18 @@ pairing() {
 
 # Which pairings run, as "A-B" (A's stack on VM A, the server; B's on VM B, the requester of
 # the data exchange); RXE_RS_LOSSY_PAIRINGS picks some (to chase one failure). make check runs
-# rxe_rs on both ends (its requester and responder recovering from each other) and rxe_rs
-# asking rdma_rxe (where an rxe_rs READ once stalled for good, see hardening.md); a pairing costs
-# 300-350 s of a slow CI machine. make soak's profile (RXE_RS_LOSSY_BASELINE=1) adds rxe_rs
-# serving rdma_rxe, and rdma_rxe on both ends as the yardstick.
+# rxe_rs asking rdma_rxe (where an rxe_rs READ once stalled for good, see hardening.md); a
+# pairing costs 300-450 s of a slow CI machine, and two took the pair phase past CI's limit
+# (stop 43). rxe_rs's requester and responder recovering from each other run in make check
+# too, in nvmeof.sh's verified I/O over this damage. make soak's profile
+# (RXE_RS_LOSSY_BASELINE=1) adds rxe_rs on both ends, rxe_rs serving rdma_rxe, and rdma_rxe on
+# both ends as the yardstick.
 if [[ -n ${RXE_RS_LOSSY_PAIRINGS:-} ]]; then
 	pairings=($RXE_RS_LOSSY_PAIRINGS)
 elif [[ -n $BASELINE ]]; then
 	pairings=(rxe_rs-rxe_rs rxe_rs-rdma_rxe rdma_rxe-rxe_rs rdma_rxe-rdma_rxe)
 else
-	pairings=(rxe_rs-rxe_rs rdma_rxe-rxe_rs)
+	pairings=(rdma_rxe-rxe_rs)
 fi
 
 pair_link

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # NVMe over Fabrics on RDMA between the two VMs, in three pairings in one boot (make check: the
-# first two, see PAIR_PAIRINGS below): rxe_rs on both ends, rxe_rs target (A) with an rdma_rxe
+# first, see PAIR_PAIRINGS below): rxe_rs on both ends, rxe_rs target (A) with an rdma_rxe
 # host (B; the target's receives then on SRQs: nvmet-rdma use_srq=1, a kernel consumer's SRQ),
 # and an rdma_rxe target (A) with an rxe_rs host (B). A exports a memory-backed null_blk
 # namespace through nvmet-rdma; B discovers it, connects with nvme-rdma, and runs fio with
@@ -270,12 +270,13 @@ pairing() {
 	pair_barrier "$label-end"
 }
 
-# make check runs two of the three pairings: rxe_rs on both ends (the lossy step and the link
-# deleted under I/O) and rxe_rs's target with rdma_rxe's host (its receives on SRQs). A pairing
-# costs 5-10 minutes of a slow CI machine; RXE_RS_NVMEOF_FULL=1 (make soak's first round) adds
+# make check runs one of the three pairings: rxe_rs on both ends (rxe_rs's host and target,
+# the lossy step and the link deleted under I/O). A pairing costs 5-10 minutes of a slow CI
+# machine, and two took the pair phase past CI's limit (stop 43); RXE_RS_NVMEOF_FULL=1 (make
+# soak's first round) adds rxe_rs's target with rdma_rxe's host (its receives on SRQs) and
 # rdma_rxe's target with rxe_rs's host.
-PAIR_PAIRINGS="rxe_rs-rxe_rs rxe_rs-rdma_rxe"
-[[ -n ${RXE_RS_NVMEOF_FULL:-} ]] && PAIR_PAIRINGS+=" rdma_rxe-rxe_rs"
+PAIR_PAIRINGS="rxe_rs-rxe_rs"
+[[ -n ${RXE_RS_NVMEOF_FULL:-} ]] && PAIR_PAIRINGS+=" rxe_rs-rdma_rxe rdma_rxe-rxe_rs"
 # The plan: A has 4 results a pairing and the SRQ check; B 8 a pairing, the lossy step with
 # rxe_rs on both ends, and the link delete wherever B runs rxe_rs.
 plan=0
