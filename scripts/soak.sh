@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # make soak: the hostile campaign for a long while (SOAK_MINUTES, default 30), in rounds until
 # the time is up: the hostile peer with many more packets, the hostile local user, the life cycle
-# under traffic with more rounds, allocation failures, exhaustion up to max_qp and max_mr with
-# 100000 reg/dereg cycles, and the lossy link with more data, rxe_rs serving rdma_rxe (make
-# check runs the other two pairings) and rdma_rxe on both ends as the yardstick. The first
+# under traffic with more rounds, allocation failures, exhaustion up to max_pd, max_qp and
+# max_mr with 100000 reg/dereg cycles, and the lossy link with more data in all three pairings
+# (make check runs rdma_rxe serving rxe_rs) and rdma_rxe on both ends as the yardstick. The first
 # round also runs every interop exchange and NVMe-oF in all three pairings (make check runs a
 # short profile of each), and rdma-core's pyverbs suite on rdma_rxe beside rxe_rs (make check
 # compares with rdma_rxe's recorded verdicts). Stops at the first failing round; prints the
@@ -15,8 +15,9 @@ source "$RXE_RS_ROOT/scripts/lib/build.sh"
 minutes=${SOAK_MINUTES:-30}
 "$RXE_RS_ROOT/scripts/setup.sh"
 build_all debug
-# The long profile (make check runs the short one: 24000 packets, 8 life-cycle rounds, 5000
-# reg/dereg cycles, 1 MiB, no baseline). One round takes ~2 h under TCG.
+# The long profile (make check runs the short one: 8000 packets, 8 life-cycle rounds, 2000
+# reg/dereg cycles and no object to its limit, 1 MiB over one lossy pairing). One round takes
+# ~2 h under TCG.
 export RXE_RS_HOSTILE_PACKETS=${RXE_RS_HOSTILE_PACKETS:-1000000}
 export RXE_RS_LOSSY_MIB=${RXE_RS_LOSSY_MIB:-4}
 export RXE_RS_LOSSY_BASELINE=1

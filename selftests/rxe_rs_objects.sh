@@ -7,7 +7,7 @@ DEV=rxers0
 VERBS_OUT=$(mktemp)
 # guest/verbs.py's checks run in one process (one Python start, 20-30 s of a loaded TCG guest,
 # instead of one each); `verbs NAME` then reports NAME's verdict, with its output if it failed.
-verbs_all() { /usr/bin/python3 "$(dirname "$0")/guest/verbs.py" "$DEV" "$@" >"$VERBS_OUT" 2>&1; }
+verbs_all() { timeout $((${RXE_RS_TEST_TIMEOUT:-1800} - 60)) /usr/bin/python3 "$(dirname "$0")/guest/verbs.py" "$DEV" "$@" >"$VERBS_OUT" 2>&1; }
 verbs() {
 	grep -qx "ok $1" "$VERBS_OUT" && return 0
 	# What it printed, from its start to its verdict (or to the end, if it never got one).
