@@ -91,10 +91,14 @@ modprobe_r_busy() {
 	stop_stream
 }
 # The device is in use: it goes all the same, within seconds, without waiting for its users.
-# (30 s: 3 to 7 s in a 2-vCPU guest on a loaded host; 16 to 54 s when the receive work of a
-# loopback stream took both CPUs' softirq time, and the `rdma` process and RCU little else.)
+# (60 s, as modprobe -r's: 3 to 7 s in a 2-vCPU guest on a loaded host; 16 to 54 s when the
+# receive work of a loopback stream took both CPUs' softirq time, and the `rdma` process and
+# RCU little else; more than 30 s once with the host's two cores shared by six vCPUs, 92ceb75.)
 link_delete() {
-	timeout 30 rdma link delete "$DEV" && wait_for 30 ib_gone "$DEV" || return
+	local t0=$SECONDS
+	timeout 60 rdma link delete "$DEV" || { echo "# rdma link delete: not done in 60 s"; return 1; }
+	wait_for 30 ib_gone "$DEV" || { echo "# $DEV still there 30 s after rdma link delete returned"; return 1; }
+	echo "# rdma link delete took $((SECONDS - t0)) s"
 	stop_stream
 }
 # `ip link del` returns (it holds RTNL: it must not wait for the RDMA users) and the device

@@ -99,7 +99,7 @@ pairing() {
 	relay_before=$(relay_counts)
 	# The relay re-reads its control file twice a second.
 	nap 1
-	PAIR_PORT=18700 PAIR_CASE_TIMEOUT=400
+	PAIR_PORT=18700 PAIR_CASE_TIMEOUT=600
 	check "$label pair_data.py $DATA_MIB MiB WRITE/SEND/READ ($role)" pair_exchange "$label-data" data_exchange
 	PAIR_PORT=18702
 	check "$label pair_atomic.py: atomics from 3 processes, results exact ($role)" pair_exchange "$label-atomic" atomic_exchange
