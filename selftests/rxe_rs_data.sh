@@ -99,7 +99,7 @@ lanes_spread_qps() {
 # (send_err), and the packets after a drop arrive as gaps until the retransmission. The first
 # offline comes as soon as the stream flows; a stream that ended before it (a KVM guest) proves
 # nothing, and runs again 8 times as long. (64 WRITEs a QP, a multiple of perftest's completion
-# interval: 192 took 577 s of a loaded guest at 92ceb75, all three offlines within the first
+# interval: 192 took 577 s of a loaded guest at 22c268f, all three offlines within the first
 # part of it.)
 lanes_follow_cpu_hotplug() {
 	hotplug_stream 64 && return 0

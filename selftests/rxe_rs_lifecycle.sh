@@ -93,10 +93,12 @@ modprobe_r_busy() {
 # The device is in use: it goes all the same, within seconds, without waiting for its users.
 # (60 s, as modprobe -r's: 3 to 7 s in a 2-vCPU guest on a loaded host; 16 to 54 s when the
 # receive work of a loopback stream took both CPUs' softirq time, and the `rdma` process and
-# RCU little else; more than 30 s once with the host's two cores shared by six vCPUs, 92ceb75.)
+# RCU little else; more than 30 s once with the host's two cores shared by six vCPUs, 22c268f.)
 link_delete() {
-	local t0=$SECONDS
-	timeout 60 rdma link delete "$DEV" || { echo "# rdma link delete: not done in 60 s"; return 1; }
+	local t0=$SECONDS rc=0
+	timeout 60 rdma link delete "$DEV" || rc=$?
+	((rc == 124)) && { echo "# rdma link delete: not done in 60 s"; return 1; }
+	((rc == 0)) || { echo "# rdma link delete failed ($rc)"; return 1; }
 	wait_for 30 ib_gone "$DEV" || { echo "# $DEV still there 30 s after rdma link delete returned"; return 1; }
 	echo "# rdma link delete took $((SECONDS - t0)) s"
 	stop_stream

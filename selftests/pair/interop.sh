@@ -62,7 +62,7 @@ self_cases='^(ibv_rc_pingpong -c -s 1 |jumbo |ibv_rc_pingpong -c -e -s 1048576|i
 #   SENDs, rping.
 # - rxe_rs serving rdma_rxe (6): WRITE bandwidth, FETCH ADD, the jumbo READ stream the other
 #   way, SRQs over 4 QPs, rping, a killed client's disconnect. (The RC pingpong sends both ways
-#   whichever end serves. pair_atomic.py, 566 s here at 92ceb75 with the host's two cores
+#   whichever end serves. pair_atomic.py, 566 s here at 22c268f with the host's two cores
 #   shared by six vCPUs, runs over the lossy link where rxe_rs asks rdma_rxe, its ATOMIC
 #   WRITEs included, and with rxe_rs serving in make soak.)
 # The rest (rxe_rs on both ends, GID 0, VLAN, pair_ud.py, pair_atomic.py, the other latency
@@ -432,7 +432,7 @@ pairing() {
 			check "$label ${cmd[*]:1} on a VLAN GID ($role)" pair_exchange "$label-vlan" vlan_exchange "${cmd[@]:2}"
 		elif [[ ${cmd[0]} == pair_atomic.py ]]; then
 			# (Four Python processes a side: at stop 43 the server had its results after 240 s,
-			# 29 s after all were connected, and was stopped at the default limit; at 92ceb75,
+			# 29 s after all were connected, and was stopped at the default limit; at 22c268f,
 			# the host's two cores shared by six vCPUs, after 390 s, 46 s after.)
 			PAIR_PORT=18702 PAIR_CASE_TIMEOUT=600 check "$label pair_atomic.py: atomics from 3 processes, results exact ($role)" pair_exchange "$label-atomic" atomic_exchange
 		else

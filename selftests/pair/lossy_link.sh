@@ -99,6 +99,8 @@ pairing() {
 	relay_before=$(relay_counts)
 	# The relay re-reads its control file twice a second.
 	nap 1
+	# (600 s for both: at 22c268f, the host's two cores shared by six vCPUs, pair_atomic.py's
+	# server had its results 390 s in, 46 s after all its clients were connected.)
 	PAIR_PORT=18700 PAIR_CASE_TIMEOUT=600
 	check "$label pair_data.py $DATA_MIB MiB WRITE/SEND/READ ($role)" pair_exchange "$label-data" data_exchange
 	PAIR_PORT=18702
