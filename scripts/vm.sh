@@ -114,7 +114,7 @@ fi
 # their kernel names (the pair scripts find theirs by MAC) and veths their MACs.
 # (rdma-core, which setup.sh installs, pulls udev in; a host without it gives its guests none,
 # and no script port links.) Where mount namespaces are not ours to make (no CAP_SYS_ADMIN),
-# the guest runs the host's udev as before, only slower.
+# or with RXE_RS_GUEST_UDEV=1, the guest runs the host's udev as before, only slower.
 mounts=()
 for bin in /lib/systemd/systemd-udevd /usr/bin/udevadm /bin/udevadm; do
 	[[ -e $bin ]] || continue
@@ -123,8 +123,9 @@ for bin in /lib/systemd/systemd-udevd /usr/bin/udevadm /bin/udevadm; do
 done
 prefix="grep -qw pclmulqdq /proc/cpuinfo && modprobe -q crc32_pclmul;"
 cmd=$(printf '%q ' "$@")
-if ((${#mounts[@]} == 0)) || ! unshare --mount --propagation private -- true 2>/dev/null; then
-	echo "vm.sh: no mount namespace here: the guest runs udev" >&2
+if [[ ${RXE_RS_GUEST_UDEV:-} == 1 ]] || ((${#mounts[@]} == 0)) ||
+	! unshare --mount --propagation private -- true 2>/dev/null; then
+	echo "vm.sh: the guest runs udev" >&2
 	exec timeout --kill-after=10 "$timeout_s" "${vng_base[@]}" $(accel_flag) "${rwdirs[@]}" \
 		${qemu_opts:+--qemu-opts "$qemu_opts"} \
 		--exec "export RXE_RS_ROOT=$RXE_RS_ROOT KDIR=$kdir; $prefix $cmd"
