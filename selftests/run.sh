@@ -188,8 +188,8 @@ if ((${#single_vm_tests[@]})); then
 	for ((i = 0; i < vms; i++)); do
 		[[ -e $results/selftests-vm$i.log ]] && continue
 		echo "selftests: guest $i never started its suite (console: $(tail -c 300 "$results/selftests-vm$i.console" | tr '\n' ' ')); booting it once more, with udev"
-		# (At 6055070 both guests ended so, twice each, with no output, in one of four full
-		# runs without udev in the guests, cause unknown; the pair's guests started.)
+		# (At 6055070 both guests ended so, twice each: their command had outgrown the
+		# kernel's 2048-byte command line, 730c2ab. The retry with udev is the old boot path.)
 		RXE_RS_GUEST_UDEV=1 start_guest "$i"
 	done
 	for pid in "${pids[@]}" "${followers[@]}"; do wait "$pid"; done
