@@ -111,8 +111,9 @@ fi
 # (the host's stay as they are). What the guests need of udev: the links to virtme-ng's script
 # ports (the stand-in makes them) and the CPU's CRC32 driver, the ICRC's, loaded as on a host
 # booted with udev (selftests/guest/lib.sh loads it; the command line has no room: the kernel
-# cuts it at 2048 bytes, which with the single-VM guests' script paths made them run nothing). Device nodes come from devtmpfs; network devices keep
-# their kernel names (the pair scripts find theirs by MAC) and veths their MACs.
+# cuts it at 2048 bytes, which with the single-VM guests' script paths made them run nothing).
+# Device nodes come from devtmpfs; network devices keep their kernel names (the pair scripts
+# find theirs by MAC) and veths their MACs.
 # (rdma-core, which setup.sh installs, pulls udev in; a host without it gives its guests none,
 # and no script port links.) Where mount namespaces are not ours to make (no CAP_SYS_ADMIN),
 # or with RXE_RS_GUEST_UDEV=1, the guest runs the host's udev as before, only slower.
