@@ -18,13 +18,14 @@ use crate::{
         send_queue::ReadResponse,
         timers::{rnr_delay_ns, RETRY_FOREVER},
     },
-    qp::requester::{wc_opcode, Requester},
+    qp::requester::{wc_opcode, Requester, PACKETS_PER_SOFTIRQ_RUN},
     qp::responder::check_admitted,
     qp::{QpInner, QpLocked},
     uapi::{send_flags, send_opcode, Cqe, WcStatus},
     verbs::cq::{CqeSource, RxeCq},
     verbs::sgl,
 };
+use kernel::sync::Arc;
 
 /// The completer's own state: the retry budgets, and the timer it runs for the requester.
 #[derive(Default)]
@@ -119,10 +120,12 @@ pub(crate) fn arm_retransmit(qp: &QpInner, s: &mut QpLocked) {
 }
 
 /// Handles a response packet (ACK, NAK, READ response) for `qp`, in softirq.
-pub(crate) fn handle_response(qp: &QpInner, d: &Datagram<'_>) -> Counter {
+pub(crate) fn handle_response(qp: &Arc<QpInner>, d: &Datagram<'_>) -> Counter {
     let mut s = qp.state.lock();
     let counter = handle_response_locked(qp, &mut s, d);
     qp.settle(&mut s);
+    // What the softirq's budget left goes from the doorbell work item.
+    qp.resume_later(&mut s);
     counter
 }
 
@@ -177,7 +180,7 @@ fn handle_response_locked(qp: &QpInner, s: &mut QpLocked, d: &Datagram<'_>) -> C
         s.comp.timer_armed = false;
         arm_retransmit(qp, s);
     }
-    qp.run_requester(s);
+    qp.run_requester(s, PACKETS_PER_SOFTIRQ_RUN);
     qp.check_drained(s);
     counter
 }
@@ -204,9 +207,12 @@ fn ack(qp: &QpInner, s: &mut QpLocked, aeth: Aeth, psn: Psn) -> core::result::Re
             if matches!(aeth.syndrome, Syndrome::Nak(NakCode::PsnSequenceError)) {
                 qp.count(Counter::RcvdSeqErr);
             }
-            qp.count(Counter::Retransmits);
-            s.req.window.on_loss(s.req.q.acked_psn, s.req.q.sent_end);
-            s.req.q.rewind(p);
+            // Once per loss: a duplicated NAK, or each ACK rdma_rxe sends for a repeated WRITE
+            // past a READ still being answered, would resend a window each time.
+            if s.req.q.ask_again(p) {
+                qp.count(Counter::Retransmits);
+                s.req.window.on_loss(s.req.q.acked_psn, s.req.q.sent_end);
+            }
         }
         AfterAck::RnrRetry(timer, p) => {
             qp.count(Counter::RcvdRnrNak);
@@ -390,5 +396,7 @@ fn timer_expired_locked(qp: &QpInner, s: &mut QpLocked) {
         // Resend from the oldest unacknowledged packet.
         s.req.q.on_timeout();
     }
-    qp.run_requester(s);
+    // (What the budget leaves goes from the run the next ACK starts: what this one sends asks
+    // for one.)
+    qp.run_requester(s, PACKETS_PER_SOFTIRQ_RUN);
 }

@@ -45,7 +45,7 @@ use kernel::{
     sync::Arc,
     workqueue::{impl_has_work, Work, WorkItem},
 };
-use requester::{Requester, RunEnd};
+use requester::{Requester, RunEnd, PACKETS_PER_RUN};
 use responder::Responder;
 
 /// The next [`QpInner::serial`] (64 bits: never wraps).
@@ -433,7 +433,7 @@ impl QpInner {
             s.req.start(new.sq_psn, new.path_mtu);
             s.comp.start(new.retry_cnt, new.rnr_retry);
             // What a kernel consumer posted before RTS goes now.
-            self.run_requester(s);
+            self.run_requester(s, PACKETS_PER_RUN);
         }
         if next == QpState::Sqd && cur == QpState::Rts {
             // No new message starts; those in flight finish (then the event).
@@ -442,7 +442,7 @@ impl QpInner {
         }
         if next == QpState::Rts && cur == QpState::Sqd {
             // Sends what was posted meanwhile.
-            self.run_requester(s);
+            self.run_requester(s, PACKETS_PER_RUN);
         }
         if next == QpState::Reset && cur != QpState::Reset {
             // Back to the creation state: the rings start over (the provider resets its side),
@@ -560,7 +560,7 @@ impl QpInner {
         self.count(Counter::SendDoorbells);
         let mut s = self.state.lock();
         match s.attrs.state {
-            QpState::Rts | QpState::Sqd => self.run_requester(&mut s),
+            QpState::Rts | QpState::Sqd => self.run_requester(&mut s, PACKETS_PER_RUN),
             QpState::Err => self.flush_sq(&mut s),
             // Posting before RTS is an immediate error; the provider takes its WQEs back.
             _ => return Err(EINVAL),
@@ -572,9 +572,10 @@ impl QpInner {
 
     /// A requester run that used up its budget (`Requester::yielded`) goes on from the
     /// doorbell work item: for UC nothing else would run it again, since nothing acknowledges
-    /// UC (an RC run's next ACK would, later).
+    /// UC, and for RC a run from the receive softirq leaves the rest of a window to process
+    /// context (an RC run's next ACK would, later, in softirq again).
     /// Under the lock, outside RESET (which `detach` relies on).
-    fn resume_later(self: &Arc<Self>, s: &mut QpLocked) {
+    pub(crate) fn resume_later(self: &Arc<Self>, s: &mut QpLocked) {
         if core::mem::take(&mut s.req.yielded)
             && matches!(s.attrs.state, QpState::Rts | QpState::Sqd)
         {
@@ -612,11 +613,13 @@ impl QpInner {
         }
     }
 
-    /// Runs the requester and acts on how it ended.
-    pub(crate) fn run_requester(&self, s: &mut QpLocked) {
+    /// Runs the requester, sending at most `budget` packets (RC and UC), and acts on how it
+    /// ended.
+    pub(crate) fn run_requester(&self, s: &mut QpLocked, budget: u32) {
+        let mut budget = budget;
         loop {
             let end = match self.qp_type {
-                QpType::Rc | QpType::Uc => requester::run(self, s),
+                QpType::Rc | QpType::Uc => requester::run(self, s, &mut budget),
                 QpType::Ud | QpType::Gsi => datagram::send(self, s),
             };
             if self.qp_type == QpType::Uc {
@@ -886,7 +889,7 @@ impl QpInner {
     fn ring_doorbell(self: &Arc<Self>) {
         let mut s = self.state.lock();
         match s.attrs.state {
-            QpState::Rts | QpState::Sqd => self.run_requester(&mut s),
+            QpState::Rts | QpState::Sqd => self.run_requester(&mut s, PACKETS_PER_RUN),
             QpState::Err => {
                 self.flush_sq(&mut s);
                 responder::flush_rq(self, &mut s);

@@ -34,12 +34,20 @@ const _: () = assert!(MAX_READ_REQUESTS == limits::MAX_RD_ATOMIC as usize);
 /// the whole ring, so a QP's kernel memory does not grow with `max_send_wr`. More are fetched
 /// as these complete.
 const MAX_FETCHED: u32 = 256;
-/// Packets sent per run: the rest goes from the doorbell work item (`Requester::yielded`), or
-/// for RC from the run the next ACK starts, so that a long message or a wide window never
-/// holds the QP's lock (BH off), and the CPU, for long, nor floods the local delivery queue.
-const PACKETS_PER_RUN: u32 = 128;
+/// Packets sent per run from process context (the doorbell, its work item, `modify_qp`): the
+/// rest goes from the doorbell work item (`Requester::yielded`), or for RC from the run the
+/// next ACK starts, so that a long message or a wide window never holds the QP's lock (BH
+/// off), and the CPU, for long, nor floods the local delivery queue.
+pub(crate) const PACKETS_PER_RUN: u32 = 128;
+/// Packets sent per run from the receive softirq or the timer: what one ACK opens in a
+/// stream (so a stream still sends from its ACKs), not the window a rewind reopens, which
+/// goes from the doorbell work item. A softirq takes up to 64 packets per NAPI poll, each of
+/// which may start a run: at 128 packets a run, and twice that with a second pass, one poll of
+/// ACKs could send thousands of packets before anything else ran on that CPU.
+pub(crate) const PACKETS_PER_SOFTIRQ_RUN: u32 = PACKETS_PER_ACK_REQ;
 // A run the budget ends mid-message still asks for an ACK (the next run comes from it).
-const _: () = assert!(PACKETS_PER_ACK_REQ <= PACKETS_PER_RUN);
+const _: () = assert!(PACKETS_PER_ACK_REQ <= PACKETS_PER_SOFTIRQ_RUN);
+const _: () = assert!(PACKETS_PER_SOFTIRQ_RUN <= PACKETS_PER_RUN);
 
 /// How a send opcode is segmented.
 fn kind(opcode: u32) -> MessageKind {
@@ -470,8 +478,9 @@ pub(crate) enum RunEnd {
     BrokenRing,
 }
 
-/// Fetches newly posted WQEs and sends what the window allows. Returns how it ended.
-pub(crate) fn run(qp: &QpInner, s: &mut QpLocked) -> RunEnd {
+/// Fetches newly posted WQEs and sends what the window allows, at most `budget` packets (it
+/// takes off what it sends). Returns how it ended.
+pub(crate) fn run(qp: &QpInner, s: &mut QpLocked, budget: &mut u32) -> RunEnd {
     let mtu = s.attrs.path_mtu;
     if let Err(end) = fetch_posted(qp, &mut s.req, mtu) {
         return end;
@@ -483,7 +492,6 @@ pub(crate) fn run(qp: &QpInner, s: &mut QpLocked) -> RunEnd {
         return RunEnd::Idle;
     };
     let uc = qp.qp_type == QpType::Uc;
-    let mut budget = PACKETS_PER_RUN;
     let mut tx = None;
     while s.req.q.cur != s.req.q.fetched {
         let index = s.req.q.cur;
@@ -511,11 +519,11 @@ pub(crate) fn run(qp: &QpInner, s: &mut QpLocked) -> RunEnd {
             s.req.q.record_local_done(index);
             continue;
         }
-        if budget == 0 {
+        if *budget == 0 {
             s.req.yielded = true;
             break;
         }
-        budget -= 1;
+        *budget -= 1;
         let at = w.first_psn.add(w.sent);
         let unacked = at.diff(s.req.q.acked_psn).max(0) as u32;
         let limit = s.req.window.limit();
@@ -557,7 +565,7 @@ pub(crate) fn run(qp: &QpInner, s: &mut QpLocked) -> RunEnd {
             unasked_before: s.req.noack_pkts,
             interval: ack_interval(limit),
             // Not past the run's budget: a message ending there asks for its ACK.
-            next_follows: budget > 0 && next_follows(s, index),
+            next_follows: *budget > 0 && next_follows(s, index),
         };
         let sent = match tx.as_ref() {
             Some(t) => send_packet(

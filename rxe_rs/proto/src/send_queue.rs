@@ -126,9 +126,10 @@ pub struct SendQueue<S> {
     pub sent_end: Psn,
     /// Everything before this PSN is acknowledged.
     pub acked_psn: Psn,
-    /// A gap in a READ's responses made us ask again from this PSN: the rest of the burst that
-    /// lost a packet arrives past the gap too, and must not ask again each time.
-    pub read_asked_again: Option<Psn>,
+    /// A loss made us send again from this PSN ([`SendQueue::ask_again`]): the rest of the
+    /// burst that lost a packet, or the peer's answers to what we sent again, tell of the same
+    /// loss, and must not resend each time.
+    pub asked_again: Option<Psn>,
 }
 
 impl<S: DerefMut<Target = [Progress]>> SendQueue<S> {
@@ -149,7 +150,7 @@ impl<S: DerefMut<Target = [Progress]>> SendQueue<S> {
             next_psn: Psn::new(0),
             sent_end: Psn::new(0),
             acked_psn: Psn::new(0),
-            read_asked_again: None,
+            asked_again: None,
         })
     }
 
@@ -275,7 +276,7 @@ impl<S: DerefMut<Target = [Progress]>> SendQueue<S> {
         self.fetched = 0;
         self.cur = 0;
         self.started_end = 0;
-        self.read_asked_again = None;
+        self.asked_again = None;
     }
 
     /// Starts sending at `sq_psn` (move to RTS).
@@ -410,15 +411,18 @@ impl<S: DerefMut<Target = [Progress]>> SendQueue<S> {
         }
     }
 
-    /// Asks again for the READ responses from `from` on (and sends every later request again),
-    /// once per gap: every later packet of the burst that lost one would ask again, and the
-    /// responder answers each repeated READ with a whole new burst, which loses more. Returns
-    /// whether it rewound.
+    /// Sends again from `from` (a READ asks again for its responses from there; every later
+    /// request goes again), once per loss until a timeout: every later packet of a READ burst
+    /// that lost one would ask again, and the responder answers each repeated READ with a whole
+    /// new burst, which loses more; a NAK the link duplicated names the loss again; and each
+    /// ACK the responder sends for a repeated request past a READ whose responses are still
+    /// coming says the READ is incomplete again, which rewinding each time would answer with a
+    /// window of repeats, each ACKed. Returns whether it rewound.
     pub fn ask_again(&mut self, from: Psn) -> bool {
-        if self.read_asked_again == Some(from) {
+        if self.asked_again == Some(from) {
             return false;
         }
-        self.read_asked_again = Some(from);
+        self.asked_again = Some(from);
         self.rewind(from);
         true
     }
@@ -427,7 +431,7 @@ impl<S: DerefMut<Target = [Progress]>> SendQueue<S> {
     /// unacknowledged packet (for a READ, its first missing response), and a gap may be asked
     /// for again. Returns the PSN it resends from.
     pub fn on_timeout(&mut self) -> Psn {
-        self.read_asked_again = None;
+        self.asked_again = None;
         let w = *self.work(self.consumer);
         let from = if w.is_read {
             w.first_psn.add(w.read_got)
@@ -869,6 +873,40 @@ mod tests {
         q.on_timeout();
         q.record_sent(0, 31);
         assert!(q.ask_again(Psn::new(1)));
+    }
+
+    /// A READ whose responses were lost, then WRITEs: the first ACK past the READ sends it
+    /// again with the WRITEs; the responder ACKs each repeated WRITE while the READ's
+    /// responses are still on their way, and each of those ACKs is past the READ again. Each
+    /// used to rewind and resend everything from the READ, whose repeats were ACKed again.
+    #[test]
+    fn acks_past_a_read_being_answered_resend_it_once() {
+        let mut q = queue(8);
+        q.start(Psn::new(0));
+        q.push(4 * K, true, MTU); // READ, responses 0-3
+        for _ in 0..4 {
+            q.push(K, false, MTU); // WRITEs, PSNs 4-7
+        }
+        send_all(&mut q);
+        let mut resent = 0;
+        for psn in 4..8 {
+            assert_eq!(ack(&mut q, Psn::new(psn)), AfterAck::RetryFrom(Psn::new(0)));
+            if q.ask_again(Psn::new(0)) {
+                resent += 1;
+                assert_eq!((q.cur, q.work(0).sent), (0, 0), "the READ from response 0");
+                send_all(&mut q);
+            }
+        }
+        assert_eq!(resent, 1);
+        assert_eq!(q.acked_psn, Psn::new(0), "the READ is still unanswered");
+        // Its responses arrive: it completes, and the ACKs before complete the WRITEs.
+        for psn in 0..4 {
+            assert_eq!(q.read_response(Psn::new(psn)), ReadResponse::Next(0));
+            q.read_response_arrived(0, Psn::new(psn));
+        }
+        q.retire();
+        assert_eq!(ack(&mut q, Psn::new(7)), AfterAck::Nothing);
+        assert!(!q.outstanding());
     }
 
     #[test]
