@@ -218,7 +218,17 @@ for at in "${failures[@]}"; do
 	((shown++ < 4)) || { echo "selftests: $((${#failures[@]} - 4)) more failure(s) not shown here"; break; }
 	log=${at%:*} n=${at##*:}
 	echo "selftests: FAILED in $log, line $n, after:"
-	sed -n "$((n > 30 ? n - 30 : 1)),${n}p" "$log" | cut -c1-300 | sed 's/^/  | /'
+	# A kernel splat (run-suite.sh's "# dmesg: " lines right before its "not ok") is told by
+	# its head, which names the report (stall, lockup, KASAN...) and which the last 30 lines of
+	# a long one leave out (CI's record of 250520e kept only a stall's tail): its first 40
+	# lines, then its last 5.
+	splat=$(awk -v n="$n" 'NR >= n { exit } /^# dmesg: / { if (!run) start = NR; run = 1; next } { run = 0 }
+		END { print (run ? start : n) }' "$log")
+	if ((n - splat > 45)); then
+		{ sed -n "${splat},$((splat + 39))p" "$log"; echo "  ..."; sed -n "$((n - 5)),${n}p" "$log"; } | cut -c1-300 | sed 's/^/  | /'
+	else
+		sed -n "$((n > 30 ? n - 30 : 1)),${n}p" "$log" | cut -c1-300 | sed 's/^/  | /'
+	fi
 done
 for note in "${failure_notes[@]}"; do echo "$note"; done
 echo "selftests: $passed passed, $failed failed, $skipped skipped"

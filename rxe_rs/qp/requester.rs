@@ -519,11 +519,6 @@ pub(crate) fn run(qp: &QpInner, s: &mut QpLocked, budget: &mut u32) -> RunEnd {
             s.req.q.record_local_done(index);
             continue;
         }
-        if *budget == 0 {
-            s.req.yielded = true;
-            break;
-        }
-        *budget -= 1;
         let at = w.first_psn.add(w.sent);
         let unacked = at.diff(s.req.q.acked_psn).max(0) as u32;
         let limit = s.req.window.limit();
@@ -556,6 +551,13 @@ pub(crate) fn run(qp: &QpInner, s: &mut QpLocked, budget: &mut u32) -> RunEnd {
         } else {
             1
         };
+        // Checked once the packet may go: a run that filled the window (a stream's run from
+        // its ACK) leaves the next one to the next ACK, not to the work item.
+        if *budget == 0 {
+            s.req.yielded = true;
+            break;
+        }
+        *budget -= 1;
         let new_read = w.is_read && !repeat;
         // Looked up once per run; `None` (counted) when there is no route or no memory for one.
         let tx = tx.get_or_insert_with(|| Transmitter::new(qp.res(), &av));
