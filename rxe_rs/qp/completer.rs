@@ -208,7 +208,11 @@ fn ack(qp: &QpInner, s: &mut QpLocked, aeth: Aeth, psn: Psn) -> core::result::Re
                 qp.count(Counter::RcvdSeqErr);
             }
             // Once per loss: a duplicated NAK, or each ACK rdma_rxe sends for a repeated WRITE
-            // past a READ still being answered, would resend a window each time.
+            // past a READ still being answered, would resend a window each time. Without a
+            // retransmission timer (timeout 0) nothing else would resend a repeat that was lost.
+            if s.req.window.ack_timeout_ns(s.attrs.timeout).is_none() {
+                s.req.q.forget_asked_again();
+            }
             if s.req.q.ask_again(p) {
                 qp.count(Counter::Retransmits);
                 s.req.window.on_loss(s.req.q.acked_psn, s.req.q.sent_end);
@@ -225,6 +229,8 @@ fn ack(qp: &QpInner, s: &mut QpLocked, aeth: Aeth, psn: Psn) -> core::result::Re
                 s.comp.rnr_left -= 1;
             }
             s.req.q.rewind(p);
+            // What the RNR timer resends may be lost and NAKed again.
+            s.req.q.forget_asked_again();
             s.comp.rnr_wait = true;
             s.comp.timer_armed = true;
             qp.arm_timer(rnr_delay_ns(timer));

@@ -107,7 +107,8 @@ pub(crate) struct Requester {
     pub(crate) window: SendWindow,
     /// The SQ's flags say `RING_FLAG_SQ_POLLED` (see `QpInner::update_sq_polled`).
     pub(crate) sq_polled: bool,
-    /// A UC run stopped with packets left to send: the doorbell work item goes on.
+    /// A run stopped at its budget with packets left to send: the doorbell work item goes on
+    /// (`QpInner::resume_later`).
     pub(crate) yielded: bool,
 }
 

@@ -408,30 +408,70 @@ impl<S: DerefMut<Target = [Progress]>> SendQueue<S> {
         if through.diff(self.acked_psn) > 0 && through.diff(self.next_psn) <= 0 {
             self.acked_psn = through;
             self.skip_acknowledged();
+            self.forget_recovered_loss();
         }
     }
 
-    /// Sends again from `from` (a READ asks again for its responses from there; every later
-    /// request goes again), once per loss until a timeout: every later packet of a READ burst
-    /// that lost one would ask again, and the responder answers each repeated READ with a whole
-    /// new burst, which loses more; a NAK the link duplicated names the loss again; and each
-    /// ACK the responder sends for a repeated request past a READ whose responses are still
-    /// coming says the READ is incomplete again, which rewinding each time would answer with a
-    /// window of repeats, each ACKed. Returns whether it rewound.
+    /// A loss asked for again is behind `acked_psn` now: one at the same PSN later (after the
+    /// PSNs wrapped) is a new one.
+    fn forget_recovered_loss(&mut self) {
+        if self
+            .asked_again
+            .is_some_and(|at| at.diff(self.acked_psn) < 0)
+        {
+            self.asked_again = None;
+        }
+    }
+
+    /// Where a rewind to `from` resends from: for a READ, its first missing response. The same
+    /// loss named by a gap in the responses and by an ACK past the READ (which names the READ's
+    /// first PSN) is the same place.
+    fn resend_point(&self, from: Psn) -> Psn {
+        let mut index = self.consumer;
+        while index != self.fetched {
+            let w = self.work(index);
+            if w.uses(from) {
+                return if w.is_read {
+                    w.first_psn.add(w.read_got)
+                } else {
+                    from
+                };
+            }
+            index = index.wrapping_add(1);
+        }
+        from
+    }
+
+    /// Sends again from `from` (a READ asks again from its first missing response; every later
+    /// request goes again), once per loss until a timeout, or until what it resent is
+    /// acknowledged: every later packet of a READ burst that lost one would ask again, and the
+    /// responder answers each repeated READ with a whole new burst, which loses more; a NAK the
+    /// link duplicated names the loss again; and each ACK the responder sends for a repeated
+    /// request past a READ whose responses are still coming says the READ is incomplete again,
+    /// which rewinding each time would answer with a window of repeats, each ACKed. Returns
+    /// whether it rewound.
     pub fn ask_again(&mut self, from: Psn) -> bool {
-        if self.asked_again == Some(from) {
+        let at = self.resend_point(from);
+        if self.asked_again == Some(at) {
             return false;
         }
-        self.asked_again = Some(from);
+        self.asked_again = Some(at);
         self.rewind(from);
         true
+    }
+
+    /// Nothing was asked for again yet: a retransmission timeout, an RNR NAK (whose timer
+    /// resends), or a QP without a retransmission timer (what names a loss is all that can
+    /// resend it).
+    pub fn forget_asked_again(&mut self) {
+        self.asked_again = None;
     }
 
     /// The retransmission timer expired with packets outstanding: resends from the oldest
     /// unacknowledged packet (for a READ, its first missing response), and a gap may be asked
     /// for again. Returns the PSN it resends from.
     pub fn on_timeout(&mut self) -> Psn {
-        self.asked_again = None;
+        self.forget_asked_again();
         let w = *self.work(self.consumer);
         let from = if w.is_read {
             w.first_psn.add(w.read_got)
@@ -484,6 +524,7 @@ impl<S: DerefMut<Target = [Progress]>> SendQueue<S> {
         let w = self.work_mut(index);
         w.read_got = w.read_got.saturating_add(1);
         self.acked_psn = psn.add(1);
+        self.forget_recovered_loss();
     }
 
     /// The PSNs of every WQE the kernel holds, sent or not (they are assigned when it is
@@ -907,6 +948,39 @@ mod tests {
         q.retire();
         assert_eq!(ack(&mut q, Psn::new(7)), AfterAck::Nothing);
         assert!(!q.outstanding());
+    }
+
+    /// A READ whose first responses arrived and then one was lost: the gap and the ACKs past
+    /// the READ (which name its first PSN) are one loss, asked for once; once the responses
+    /// asked for arrive, a later loss is asked for again.
+    #[test]
+    fn a_gap_and_acks_past_the_read_are_one_loss() {
+        let mut q = queue(8);
+        q.start(Psn::new(0));
+        q.push(8 * K, true, MTU); // READ, responses 0-7
+        q.push(K, false, MTU); // WRITE, PSN 8
+        send_all(&mut q);
+        for psn in 0..2 {
+            q.read_response_arrived(0, Psn::new(psn));
+        }
+        // Response 2 is lost; 3 arrives past the gap.
+        assert_eq!(
+            q.read_response(Psn::new(3)),
+            ReadResponse::Gap(Some(Psn::new(2)))
+        );
+        assert!(q.ask_again(Psn::new(2)));
+        assert_eq!((q.cur, q.work(0).sent), (0, 2), "the READ from response 2");
+        send_all(&mut q);
+        assert_eq!(ack(&mut q, Psn::new(8)), AfterAck::RetryFrom(Psn::new(0)));
+        assert!(!q.ask_again(Psn::new(0)), "the same loss");
+        // Responses 2-4 arrive; 5 is lost, and the WRITE's ACK comes past the READ again.
+        for psn in 2..5 {
+            assert_eq!(q.read_response(Psn::new(psn)), ReadResponse::Next(0));
+            q.read_response_arrived(0, Psn::new(psn));
+        }
+        assert_eq!(ack(&mut q, Psn::new(8)), AfterAck::RetryFrom(Psn::new(0)));
+        assert!(q.ask_again(Psn::new(0)), "a new loss");
+        assert_eq!((q.cur, q.work(0).sent), (0, 5), "the READ from response 5");
     }
 
     #[test]
