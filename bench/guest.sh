@@ -224,9 +224,15 @@ loopback_case() {
 	"${cmd[@]}" >"$PAIR_RESULTS/loopback-server.out" 2>&1 &
 	local server=$!
 	wait_listening 18515 60 || echo "# loopback $stack $test: the server did not listen"
+	# What the case cost in packets, ACKs and doorbells (both ends are this guest's).
+	local counters=$PAIR_RESULTS/counters.$stack-$test-$size${QPS:+-q$QPS}-$(nproc)cpu-$PASS
+	port_counters >"$counters.before"
 	PAIR_OUT=$(timeout 120 "${cmd[@]}" "$PAIR_MY_IP" 2>&1)
 	local rc=$?
 	reap "$server" 60
+	counter_deltas "$counters.before" <(port_counters) >"$counters"
+	rm -f "$counters.before"
+	echo "# loopback $stack $test $size${QPS:+ -q $QPS} counters: $(cat "$counters")"
 	((rc == 0)) || { echo "# loopback $stack $test: client exit $rc"; tail -3 <<<"$PAIR_OUT"; return 1; }
 	if [[ $test == rate ]]; then
 		record_rate "$stack" ib_write_bw "$size" "${QPS:-1}"
