@@ -3,12 +3,16 @@
 //! acknowledgements, READ responses or the retransmission timer run it soon anyway, and that
 //! run fetches what was posted meanwhile (`RING_FLAG_SQ_POLLED` in the shared SQ). A run's
 //! last packet always asks for an ACK, so one is on its way while anything is in flight.
-//! With one packet in flight a post still rings, so that a message posted behind a lone one
-//! is not held back for a round trip; from two, posts wait for the next ACK's run.
+//! With one packet in flight a post still rings, so that a message posted behind a lone
+//! single-packet one is not held back for a round trip; from two packets (a second small
+//! message, or one of two packets or more), posts wait for the next ACK's run.
 //!
 //! Why two and not more: where the peer acknowledges fast (the other CPU over loopback), a
 //! stream of small messages seldom has many in flight. With eight, over half of a 64-byte
-//! WRITE stream's posts rang and went alone, each with its own ACK; with two, 8-12%.
+//! WRITE stream's posts rang and went alone, each with its own ACK; with two, 8-12%. The
+//! cost: if the run's last packet or its ACK is lost, a post behind it no longer brings the
+//! NAK that would recover the loss within a round trip; the retransmission timer does, as it
+//! did at eight from that depth on.
 
 /// Unacknowledged packets from which posts need no doorbell.
 pub const POLLED_MIN_IN_FLIGHT: u32 = 2;
