@@ -82,7 +82,7 @@ measure() {
 		python3 "$RXE_RS_ROOT/bench/cpu_sample.py" "$PAIR_DEV" "$cpu.$PAIR_ROLE.split" >"$cpu.$PAIR_ROLE" &
 		sampler=$!
 		if [[ -n ${BENCH_PERF:-} ]]; then
-			perf record -a -g -e cpu-clock -o "$PAIR_RESULTS/perf.$case.$PAIR_ROLE.data" \
+			perf record -a -g -e cpu-clock -o "$(perf_data "$case")" \
 				>/dev/null 2>&1 &
 			profiler=$!
 		fi
@@ -125,8 +125,12 @@ counter_deltas() {
 # BENCH_PERF: each guest's profile of a bandwidth case (`perf record -a -g` while it ran), as
 # perf.CASE.ROLE.txt in the results: the symbols by their own share of the samples, then the
 # callers of the top ones.
+# The samples go to the guest's memory: written to the shared results folder, perf's own 9p
+# writes took a quarter of the samples.
+perf_data() { echo "/tmp/perf.$1.$PAIR_ROLE.data"; }
 profile_report() {
-	local case=$1 profiler=$2 data=$PAIR_RESULTS/perf.$1.$PAIR_ROLE.data
+	local case=$1 profiler=$2 data
+	data=$(perf_data "$1")
 	kill -INT "$profiler"
 	wait "$profiler"
 	{

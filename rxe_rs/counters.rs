@@ -62,6 +62,9 @@ pub(crate) enum Counter {
     SendDoorbells,
     /// ACKs and NAKs the responders sent (one per request that asks for one, and per NAK).
     SentAcks,
+    /// Batches the sent packets went to the IP layer in (`sent_pkts` over this is the mean
+    /// batch; packets for this host are not batched and not counted here).
+    SentBatches,
     /// rdma_rxe's: PSN sequence error NAKs the requesters went back for.
     RcvdSeqErr,
     /// rdma_rxe's: PSN gaps the responders NAKed (once per gap).
@@ -103,6 +106,7 @@ pub(crate) static NAMES: [StatDesc; COUNT + ALIASES.len()] = [
     StatDesc::new(c_str!("sent_ud_too_long")),
     StatDesc::new(c_str!("send_doorbells")),
     StatDesc::new(c_str!("sent_acks")),
+    StatDesc::new(c_str!("sent_batches")),
     StatDesc::new(c_str!("rcvd_seq_err")),
     StatDesc::new(c_str!("out_of_seq_request")),
     StatDesc::new(c_str!("ack_deferred")),
@@ -134,6 +138,11 @@ impl Counters {
     /// Counts one event.
     pub(crate) fn inc(&self, c: Counter) {
         self.0[c as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts `n` events.
+    pub(crate) fn add(&self, c: Counter, n: u64) {
+        self.0[c as usize].fetch_add(n, Ordering::Relaxed);
     }
 
     /// Copies the values out, in `NAMES` order.

@@ -541,18 +541,53 @@ unsigned int rxe_rs_helper_num_possible_cpus(void)
 	return num_possible_cpus();
 }
 
+/* Links `skb`, a datagram built like `head` (data at its IP header), into the frag_list of the
+ * batch `head` leads, after `tail` (NULL for the first). `head` then owns it. */
+void rxe_rs_helper_batch_link(struct sk_buff *head, struct sk_buff *tail, struct sk_buff *skb,
+			      bool ipv6)
+{
+	skb_reset_network_header(skb);
+	skb_set_transport_header(skb, ipv6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr));
+	skb->next = NULL;
+	if (tail)
+		tail->next = skb;
+	else
+		skb_shinfo(head)->frag_list = skb;
+	head->len += skb->len;
+	head->data_len += skb->len;
+	head->truesize += skb->truesize;
+}
+
 /* Sends a complete IP datagram (skb->data at the IP header) along `dst`, whose reference the
- * skb takes. */
-int rxe_rs_helper_ip_local_out(struct sk_buff *skb, struct dst_entry *dst, bool ipv6)
+ * skb takes. With `segs` > 1 the skb leads a batch (rxe_rs_helper_batch_link): it goes as one
+ * UDP GSO skb of the fraglist kind, so the IP layers, the qdisc and the driver's kick are
+ * passed once; segmentation (in software, at the device) hands each datagram on as it was
+ * built, but for the IPv4 ID (the head's plus its index) and the length and checksum fields,
+ * which it sets. CHECKSUM_UNNECESSARY: UDP's checksum is 0, the ICRC covers the packet. */
+int rxe_rs_helper_ip_local_out(struct sk_buff *skb, struct dst_entry *dst, bool ipv6,
+			       unsigned int segs)
 {
 	struct net *net = dev_net(dst->dev);
+	unsigned int l3 = ipv6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr);
 	int err;
 
 	skb_dst_set(skb, dst);
 	skb_reset_network_header(skb);
-	skb_set_transport_header(skb, ipv6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr));
+	skb_set_transport_header(skb, l3);
 	skb->dev = dst->dev;
 	memset(IPCB(skb), 0, sizeof(*IPCB(skb)));
+	if (segs > 1) {
+		struct skb_shared_info *shinfo = skb_shinfo(skb);
+
+		shinfo->gso_size = skb_headlen(skb) - l3 - sizeof(struct udphdr);
+		shinfo->gso_segs = segs;
+		shinfo->gso_type = SKB_GSO_UDP_L4 | SKB_GSO_FRAGLIST;
+		skb->ip_summed = CHECKSUM_UNNECESSARY;
+		/* The whole batch's UDP length, as GRO leaves it: a device that passes GSO skbs on
+		 * (veth, a bridge) may deliver it unsegmented to a UDP stack, which trims the skb to
+		 * that length before it segments it. Segmentation puts the head's own back. */
+		udp_hdr(skb)->len = htons(skb->len - l3);
+	}
 	/* net_xmit_eval() evaluates its argument twice: call once, then map. */
 	if (ipv6) {
 		skb->protocol = htons(ETH_P_IPV6);

@@ -54,7 +54,10 @@ struct dst_entry *rxe_rs_helper_route_v6(struct net_device *ndev, const u8 *sadd
 struct net_device *rxe_rs_helper_dev_by_local_addr_v4(const struct net_device *in, const u8 *addr);
 struct net_device *rxe_rs_helper_dev_by_local_addr_v6(const struct net_device *in, const u8 *addr);
 void rxe_rs_helper_dst_hold(struct dst_entry *dst);
-int rxe_rs_helper_ip_local_out(struct sk_buff *skb, struct dst_entry *dst, bool ipv6);
+void rxe_rs_helper_batch_link(struct sk_buff *head, struct sk_buff *tail, struct sk_buff *skb,
+			      bool ipv6);
+int rxe_rs_helper_ip_local_out(struct sk_buff *skb, struct dst_entry *dst, bool ipv6,
+			       unsigned int segs);
 bool rxe_rs_helper_dst_is_local(struct dst_entry *dst, bool ipv6);
 void rxe_rs_helper_skb_as_looped_back(struct sk_buff *skb, struct dst_entry *dst, bool ipv6);
 void rxe_rs_helper_skb_queue_head_init(struct sk_buff_head *list);

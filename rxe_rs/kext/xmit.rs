@@ -97,17 +97,6 @@ impl TxDatagram {
         }
     }
 
-    /// Sends the datagram along `route`; the skb is gone either way.
-    pub(crate) fn send(self, route: Route) -> Result {
-        let this = ManuallyDrop::new(self);
-        let route = ManuallyDrop::new(route);
-        // SAFETY: we own the skb and one dst reference; both pass to the helper, which sets the
-        // dst on the skb and hands the skb to the IP layer (which frees it on every path).
-        to_result(unsafe {
-            bindings::rxe_rs_helper_ip_local_out(this.skb.as_ptr(), route.dst.as_ptr(), route.ipv6)
-        })
-    }
-
     /// Hands the datagram, for an address of this host (`route` is local), to the receive path
     /// through `local`, on the CPU `key` picks; the skb is gone either way.
     pub(crate) fn deliver_locally(self, route: &Route, local: &LocalDelivery, key: u32) -> Result {
@@ -122,6 +111,107 @@ impl TxDatagram {
         };
         // SAFETY: the skb is ours and passes to the queue.
         unsafe { local.deliver(this.skb, key) }
+    }
+}
+
+/// Datagrams along one route, sent as one UDP GSO skb of the fraglist kind (the helper says
+/// how): the IP layers, the qdisc and the driver's kick once per batch, not once per datagram.
+/// What leaves the device is the datagrams as they were built, but for the IPv4 ID, which
+/// segmentation sets to the datagram's index in its batch: [`TxBatch::next_index`] tells the
+/// builder, whose ICRC covers it.
+pub(crate) struct TxBatch {
+    /// The first datagram; it owns the others (its frag_list).
+    head: Option<TxDatagram>,
+    /// The last one linked after the head (null while there is none).
+    tail: *mut bindings::sk_buff,
+    count: u32,
+    /// The head's length, the batch's segment size to the IP layers (checked against the
+    /// route's MTU): no datagram after it may be longer.
+    seg_len: usize,
+    bytes: usize,
+}
+
+impl TxBatch {
+    /// Datagrams in a batch at most: a bound on how long the first waits for the last to be
+    /// built.
+    pub(crate) const MAX_DATAGRAMS: u32 = 64;
+    /// Bytes at most: what the head's IPv4 total length can hold, as the IP layers see it.
+    const MAX_BYTES: usize = 0xffff;
+
+    /// An empty batch.
+    pub(crate) const fn new() -> Self {
+        Self {
+            head: None,
+            tail: core::ptr::null_mut(),
+            count: 0,
+            seg_len: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Whether a datagram of `len` bytes may join (else the batch goes first).
+    pub(crate) fn fits(&self, len: usize) -> bool {
+        self.head.is_none()
+            || (self.count < Self::MAX_DATAGRAMS
+                && len <= self.seg_len
+                && self
+                    .bytes
+                    .checked_add(len)
+                    .is_some_and(|b| b <= Self::MAX_BYTES))
+    }
+
+    /// The index the next datagram gets, its IPv4 ID once segmented (below `MAX_DATAGRAMS`).
+    pub(crate) fn next_index(&self) -> u16 {
+        self.count as u16
+    }
+
+    /// Adds `d`, a complete datagram for `route` that [`TxBatch::fits`].
+    pub(crate) fn push(&mut self, d: TxDatagram, route: &Route) {
+        let len = d.len;
+        match &self.head {
+            None => {
+                self.seg_len = len;
+                self.head = Some(d);
+            }
+            Some(head) => {
+                let d = ManuallyDrop::new(d);
+                // SAFETY: both skbs are ours and linear, built for the same route; the head
+                // takes ownership of `d`'s (freed with it, or sent with it); `tail` is null or
+                // the last one linked.
+                unsafe {
+                    bindings::rxe_rs_helper_batch_link(
+                        head.skb.as_ptr(),
+                        self.tail,
+                        d.skb.as_ptr(),
+                        route.ipv6,
+                    )
+                };
+                self.tail = d.skb.as_ptr();
+            }
+        }
+        self.count += 1;
+        self.bytes += len;
+    }
+
+    /// Sends what the batch holds along `route` and empties it: how many datagrams went with
+    /// what result; `None` when it was empty. The skbs are gone either way.
+    pub(crate) fn send(&mut self, route: &Route) -> Option<(u32, Result)> {
+        let head = ManuallyDrop::new(self.head.take()?);
+        let count = core::mem::replace(self, Self::new()).count;
+        let route = ManuallyDrop::new(route.clone());
+        // SAFETY: we own the skb (and the batch linked to it) and one dst reference; both pass
+        // to the helper, which sets the dst on the skb and hands it to the IP layer (which
+        // frees it on every path). `count` is the number of datagrams linked, none longer
+        // than the head (`fits`), within what the head's total length can hold.
+        let result = to_result(unsafe {
+            bindings::rxe_rs_helper_ip_local_out(
+                head.skb.as_ptr(),
+                route.dst.as_ptr(),
+                route.ipv6,
+                count,
+            )
+        });
+        Some((count, result))
     }
 }
 

@@ -1,18 +1,21 @@
 // SPDX-License-Identifier: GPL-2.0
 //! Putting a QP's packets on the wire: the route to its peer is looked up once per burst, each
-//! packet is built in place in its skb (headers, payload filled by the caller, ICRC). A packet
-//! for this host skips the IP layers: it is queued for our receive path.
+//! packet is built in place in its skb (headers, payload filled by the caller, ICRC), and a
+//! burst's packets go to the IP layer in batches ([`TxBatch`]), which pass the IP layers, the
+//! qdisc and the driver's kick once. A packet for this host skips the IP layers: it is queued
+//! for our receive path.
 
 use crate::{
     counters::Counter,
     kext::{
         netdev::NetDevice,
-        xmit::{Route, TxDatagram},
+        xmit::{Route, TxBatch, TxDatagram},
     },
     limits,
     proto::{
+        addr::is_multicast_gid,
         av::{AddressVector, Family},
-        wire::{seal, Frame},
+        wire::{seal, set_ipv4_id, Frame},
     },
     resources::Resources,
     uapi::WcStatus,
@@ -44,11 +47,20 @@ fn egress(res: &Resources, src: &[u8]) -> ARef<NetDevice> {
         .unwrap_or_else(|| res.ndev.clone())
 }
 
-/// Sends packets of one QP to its peer.
+/// Sends packets of one QP to its peer. What [`Transmitter::send`] took goes to the IP layer
+/// in batches: when a packet does not fit the one pending, at [`Transmitter::flush`], and when
+/// the transmitter is dropped. So a caller that sends by other means between two packets (an
+/// ACK after READ responses) flushes first, to keep the order.
 pub(crate) struct Transmitter<'a> {
     res: &'a Resources,
     ndev: ARef<NetDevice>,
     route: Route,
+    batch: TxBatch,
+    /// Not to a multicast group. A batch looped back to the group's members on this host
+    /// would be split by UDP's receive path, which marks a looped-back GSO skb's checksum as
+    /// partial (`udp_rcv_segment`) though ours has none to complete: a path no test covers, and
+    /// multicast is one datagram per WQE. So group traffic goes one datagram at a time.
+    batching: bool,
 }
 
 impl<'a> Transmitter<'a> {
@@ -67,7 +79,13 @@ impl<'a> Transmitter<'a> {
             _ => None,
         };
         match route {
-            Some((ndev, route)) => Some(Self { res, ndev, route }),
+            Some((ndev, route)) => Some(Self {
+                res,
+                ndev,
+                route,
+                batch: TxBatch::new(),
+                batching: !is_multicast_gid(&av.dgid),
+            }),
             None => {
                 res.counters.inc(Counter::SendErr);
                 None
@@ -75,42 +93,69 @@ impl<'a> Transmitter<'a> {
         }
     }
 
-    /// Builds `frame`, lets `fill` write its payload, and sends it.
+    /// Builds `frame`, lets `fill` write its payload, and sends it, or queues it in the batch
+    /// (counted once the batch goes). An error is counted now.
     pub(crate) fn send(
-        &self,
+        &mut self,
         frame: &Frame,
         fill: impl FnOnce(&mut [u8]) -> Result<(), WcStatus>,
     ) -> Result<(), TxError> {
         let result = self.build_and_send(frame, fill);
-        self.res.counters.inc(if result.is_ok() {
-            Counter::SentPkts
-        } else {
-            Counter::SendErr
-        });
+        if result.is_err() {
+            self.res.counters.inc(Counter::SendErr);
+        }
         result
     }
 
+    /// Sends the pending batch now.
+    pub(crate) fn flush(&mut self) {
+        if let Some((count, result)) = self.batch.send(&self.route) {
+            if result.is_ok() {
+                self.res.counters.add(Counter::SentPkts, u64::from(count));
+                self.res.counters.inc(Counter::SentBatches);
+            } else {
+                self.res.counters.add(Counter::SendErr, u64::from(count));
+            }
+        }
+    }
+
     fn build_and_send(
-        &self,
+        &mut self,
         frame: &Frame,
         fill: impl FnOnce(&mut [u8]) -> Result<(), WcStatus>,
     ) -> Result<(), TxError> {
         let len = frame.len().ok_or(TxError::Dropped)?;
+        let local = self.route.is_local();
+        let joins = self.batching && self.batch.fits(len);
+        if !local && !joins {
+            self.flush();
+        }
         let mut skb = TxDatagram::alloc(&self.ndev, len).map_err(|_| TxError::Dropped)?;
         let buf = skb.bytes();
         let payload = frame.write_headers(buf).ok_or(TxError::Dropped)?;
         fill(&mut buf[payload]).map_err(TxError::Payload)?;
+        if !local {
+            set_ipv4_id(buf, self.batch.next_index());
+        }
         seal(buf, &self.res.crc).ok_or(TxError::Dropped)?;
-        if self.route.is_local() {
+        if local {
             // Spread over the CPUs by destination QP, each QP's packets in order on one. By
             // its table index (handed out in sequence), not its random bits: QPs made one
             // after the other, as the two ends of a connection or the QPs of one process
             // usually are, go to different lanes, not to the same one half the time.
             let key = frame.bth.dest_qp & limits::QPN_INDEX_MASK;
             skb.deliver_locally(&self.route, &self.res.local, key)
+                .map_err(|_| TxError::Dropped)?;
+            self.res.counters.inc(Counter::SentPkts);
         } else {
-            skb.send(self.route.clone())
+            self.batch.push(skb, &self.route);
         }
-        .map_err(|_| TxError::Dropped)
+        Ok(())
+    }
+}
+
+impl Drop for Transmitter<'_> {
+    fn drop(&mut self) {
+        self.flush();
     }
 }

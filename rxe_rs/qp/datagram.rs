@@ -68,7 +68,7 @@ pub(crate) fn send(qp: &QpInner, s: &mut QpLocked) -> RunEnd {
                 route = Some((wqe.ah_num, ah.av, Transmitter::new(qp.res(), &ah.av)));
             }
             // No route (counted): lost, as a datagram may be.
-            if let Some((_, av, Some(tx))) = &route {
+            if let Some((_, av, Some(tx))) = &mut route {
                 let qkey = if wqe.remote_qkey & QKEY_FROM_QP != 0 {
                     s.attrs.qkey
                 } else {

@@ -570,7 +570,7 @@ pub(crate) fn run(qp: &QpInner, s: &mut QpLocked, budget: &mut u32) -> RunEnd {
             // Not past the run's budget: a message ending there asks for its ACK.
             next_follows: *budget > 0 && next_follows(s, index),
         };
-        let sent = match tx.as_ref() {
+        let sent = match tx.as_mut() {
             Some(t) => send_packet(
                 qp,
                 &av,
@@ -654,7 +654,7 @@ fn send_packet(
     req: &Requester,
     index: u32,
     responses: u32,
-    tx: &Transmitter<'_>,
+    tx: &mut Transmitter<'_>,
     place: Place,
 ) -> Result<bool, TxError> {
     let w = req.q.work(index);

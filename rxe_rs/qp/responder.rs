@@ -369,7 +369,7 @@ fn send_ack(qp: &QpInner, s: &mut QpLocked, syndrome: Syndrome, psn: Psn) {
 /// Sends an ACK or NAK for `psn` right away.
 fn send_ack_now(qp: &QpInner, s: &QpLocked, syndrome: Syndrome, psn: Psn) {
     let Some(av) = s.attrs.av else { return };
-    let Some(tx) = Transmitter::new(qp.res(), &av) else {
+    let Some(mut tx) = Transmitter::new(qp.res(), &av) else {
         return;
     };
     let frame = Frame {
@@ -449,7 +449,7 @@ fn send_owed_replies(qp: &Arc<QpInner>, s: &mut QpLocked, budget: u32) {
         return;
     }
     let mtu = s.attrs.path_mtu;
-    let Some((av, tx)) = s
+    let Some((av, mut tx)) = s
         .attrs
         .av
         .and_then(|av| Some((av, Transmitter::new(qp.res(), &av)?)))
@@ -477,13 +477,14 @@ fn send_owed_replies(qp: &Arc<QpInner>, s: &mut QpLocked, budget: u32) {
             s.resp.reads.pop();
         }
         budget -= 1;
-        match send_read_response(qp, s, &av, &tx, rkey, &response) {
+        match send_read_response(qp, s, &av, &mut tx, rkey, &response) {
             Ok(()) => {}
             Err(TxError::Payload(_)) if !repeated => {
                 // The MR was deregistered (or lost its rights) while its READ was being
                 // answered: NAK it with a remote access error, at the response the requester
                 // expects next, which ends the QP as a request naming the MR now would.
                 // Staying silent would have the requester ask again forever (retry_cnt 7).
+                tx.flush();
                 fail(qp, s, Failure::Access, response.psn);
                 return;
             }
@@ -495,6 +496,7 @@ fn send_owed_replies(qp: &Arc<QpInner>, s: &mut QpLocked, budget: u32) {
                 if !finished {
                     s.resp.reads.pop();
                 }
+                tx.flush();
                 send_ack_now(
                     qp,
                     s,
@@ -509,6 +511,8 @@ fn send_owed_replies(qp: &Arc<QpInner>, s: &mut QpLocked, budget: u32) {
             Err(_) => {}
         }
     }
+    // The responses go before the ACK that waited for them.
+    tx.flush();
     if !s.resp.reads.is_empty() {
         qp::schedule_read_replies(qp);
     } else if let Some((syndrome, psn)) = s.resp.deferred_ack.take() {
@@ -521,7 +525,7 @@ fn send_read_response(
     qp: &QpInner,
     s: &QpLocked,
     av: &AddressVector,
-    tx: &Transmitter<'_>,
+    tx: &mut Transmitter<'_>,
     rkey: u32,
     r: &Response,
 ) -> core::result::Result<(), TxError> {

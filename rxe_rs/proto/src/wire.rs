@@ -103,7 +103,9 @@ impl Frame {
                 h[0] = 0x45;
                 h[1] = self.av.traffic_class;
                 h[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-                h[4..6].copy_from_slice(&0u16.to_be_bytes()); // ID: unused with DF
+                // ID 0: unused with DF. A batch's later datagrams get their index
+                // ([`set_ipv4_id`]).
+                h[4..6].copy_from_slice(&0u16.to_be_bytes());
                 h[6..8].copy_from_slice(&IPV4_DF.to_be_bytes());
                 h[8] = self.av.hop_limit;
                 h[9] = IPPROTO_UDP;
@@ -179,6 +181,18 @@ pub fn seal(buf: &mut [u8], crc: &impl Crc32) -> Option<()> {
     let value = icrc(crc, &buf[..body_len])?;
     buf[body_len..].copy_from_slice(&value.to_le_bytes());
     Some(())
+}
+
+/// Gives an IPv4 datagram that [`Frame::write_headers`] wrote the ID `id`, and its header
+/// checksum to match; before [`seal`], as the ICRC covers the ID. The kernel's segmentation of
+/// a batch of datagrams sent as one sets each one's ID to its index in the batch, so that is
+/// the ID its ICRC must be computed with. An IPv6 datagram has no ID: left as it is.
+pub fn set_ipv4_id(buf: &mut [u8], id: u16) {
+    if buf.len() >= IPV4_HDR_BYTES && buf[0] >> 4 == 4 {
+        buf[4..6].copy_from_slice(&id.to_be_bytes());
+        let sum = ipv4_checksum(&buf[..IPV4_HDR_BYTES]);
+        buf[10..12].copy_from_slice(&sum.to_be_bytes());
+    }
 }
 
 /// The IPv4 header checksum of `h` (20 bytes, checksum field included as it is).
@@ -281,6 +295,45 @@ mod tests {
         assert_eq!(Reth::parse(d.ext_headers), f.reth);
         assert_eq!(&d.ext_headers[16..], &[1, 2, 3, 4]);
         assert!(d.payload == [0x5a; 13][..]);
+    }
+
+    #[test]
+    fn the_id_a_batch_gives_is_covered_by_the_icrc_and_the_header_checksum() {
+        let av = AddressVector {
+            sgid: v4([10, 0, 0, 1]),
+            dgid: v4([10, 0, 0, 2]),
+            hop_limit: 64,
+            ..Default::default()
+        };
+        let f = frame(av, Opcode::RC_SEND_MIDDLE, 64);
+        let mut buf = vec![0u8; f.len().unwrap()];
+        let payload = f.write_headers(&mut buf).unwrap();
+        buf[payload].fill(3);
+        set_ipv4_id(&mut buf, 9);
+        seal(&mut buf, &SoftCrc32).unwrap();
+        assert_eq!(&buf[4..6], &[0, 9]);
+        assert_eq!(
+            ipv4_checksum(&buf[..20]),
+            u16::from_be_bytes([buf[10], buf[11]])
+        );
+        assert!(parse(&buf, &SoftCrc32).is_ok());
+        // Segmentation giving it another ID than the one sealed would break its ICRC.
+        let mut other = buf.clone();
+        other[4..6].copy_from_slice(&8u16.to_be_bytes());
+        assert!(parse(&other, &SoftCrc32).is_err());
+        // IPv6 has no ID: nothing changes.
+        let av6 = AddressVector {
+            sgid: [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+            dgid: [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+            hop_limit: 64,
+            ..Default::default()
+        };
+        let f6 = frame(av6, Opcode::RC_SEND_MIDDLE, 64);
+        let mut buf6 = vec![0u8; f6.len().unwrap()];
+        f6.write_headers(&mut buf6).unwrap();
+        let before = buf6.clone();
+        set_ipv4_id(&mut buf6, 9);
+        assert_eq!(buf6, before);
     }
 
     #[test]
