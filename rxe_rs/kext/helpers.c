@@ -386,9 +386,13 @@ u64 rxe_rs_helper_page_atomic64(struct page *page, size_t offset, int op, u64 a,
 }
 
 /* Transmit: an skb with room for the link-layer header, `len` bytes of datagram put. */
+/* Headroom for any link header and tunnel encapsulation (MAX_HEADER), not only ndev's: a
+ * datagram may go in a batch, whose later members are segmented off at whatever device splits
+ * it (a VLAN tag pushed in software, a tunnel's underlay), which pushes its link header, and
+ * the tunnel's, into each one's own headroom without expanding it. */
 struct sk_buff *rxe_rs_helper_alloc_tx_skb(struct net_device *ndev, unsigned int len)
 {
-	unsigned int headroom = LL_RESERVED_SPACE(ndev);
+	unsigned int headroom = LL_RESERVED_SPACE(ndev) + MAX_HEADER;
 	struct sk_buff *skb = alloc_skb(headroom + len, GFP_ATOMIC);
 
 	if (!skb)
@@ -583,7 +587,7 @@ int rxe_rs_helper_ip_local_out(struct sk_buff *skb, struct dst_entry *dst, bool 
 		shinfo->gso_segs = segs;
 		shinfo->gso_type = SKB_GSO_UDP_L4 | SKB_GSO_FRAGLIST;
 		skb->ip_summed = CHECKSUM_UNNECESSARY;
-		/* The whole batch's UDP length, as GRO leaves it: a device that passes GSO skbs on
+		/* The whole batch's UDP length, as GRO leaves its skbs: a device that passes GSO skbs on
 		 * (veth, a bridge) may deliver it unsegmented to a UDP stack, which trims the skb to
 		 * that length before it segments it. Segmentation puts the head's own back. */
 		udp_hdr(skb)->len = htons(skb->len - l3);
