@@ -203,15 +203,15 @@ impl TxBatch {
         // to the helper, which sets the dst on the skb and hands it to the IP layer (which
         // frees it on every path). `count` is the number of datagrams linked, none longer
         // than the head (`fits`), within what the head's total length can hold.
-        let result = to_result(unsafe {
+        let err = unsafe {
             bindings::rxe_rs_helper_ip_local_out(
                 head.skb.as_ptr(),
                 route.dst.as_ptr(),
                 route.ipv6,
                 count,
             )
-        });
-        Some((count, result))
+        };
+        Some((count, to_result(err)))
     }
 }
 

@@ -267,14 +267,19 @@ mod tests {
         buf
     }
 
-    #[test]
-    fn a_built_ipv4_write_parses_back() {
-        let av = AddressVector {
+    /// 10.0.0.1 to 10.0.0.2, hop limit 64.
+    fn v4_av() -> AddressVector {
+        AddressVector {
             sgid: v4([10, 0, 0, 1]),
             dgid: v4([10, 0, 0, 2]),
             hop_limit: 64,
             ..Default::default()
-        };
+        }
+    }
+
+    #[test]
+    fn a_built_ipv4_write_parses_back() {
+        let av = v4_av();
         let mut f = frame(av, Opcode::RC_WRITE_ONLY_IMM, 13);
         f.reth = Some(Reth {
             va: 0x1000,
@@ -299,12 +304,7 @@ mod tests {
 
     #[test]
     fn the_id_a_batch_gives_is_covered_by_the_icrc_and_the_header_checksum() {
-        let av = AddressVector {
-            sgid: v4([10, 0, 0, 1]),
-            dgid: v4([10, 0, 0, 2]),
-            hop_limit: 64,
-            ..Default::default()
-        };
+        let av = v4_av();
         let f = frame(av, Opcode::RC_SEND_MIDDLE, 64);
         let mut buf = vec![0u8; f.len().unwrap()];
         let payload = f.write_headers(&mut buf).unwrap();
