@@ -199,10 +199,9 @@ impl TxBatch {
         let head = ManuallyDrop::new(self.head.take()?);
         let count = core::mem::replace(self, Self::new()).count;
         let route = ManuallyDrop::new(route.clone());
-        // SAFETY: we own the skb (and the batch linked to it) and one dst reference; both pass
-        // to the helper, which sets the dst on the skb and hands it to the IP layer (which
-        // frees it on every path). `count` is the number of datagrams linked, none longer
-        // than the head (`fits`), within what the head's total length can hold.
+        // SAFETY: we own the skb (its batch linked to it) and a dst reference; both pass to the
+        // helper, whose IP layer frees the skb on every path. `count` datagrams are linked,
+        // none longer than the head (`fits`), within what the head's total length can hold.
         let err = unsafe {
             bindings::rxe_rs_helper_ip_local_out(
                 head.skb.as_ptr(),
