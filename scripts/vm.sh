@@ -64,8 +64,14 @@ stage_module() {
 stage_module
 
 vng_base=("$VNG" --run "$kdir" --user root --name "$name" --cpus "$cpus" --memory "$memory")
-# RXE_RS_VM_VERBOSE=1 shows the guest kernel's console (oopses) on stderr.
-[[ ${RXE_RS_VM_VERBOSE:-} == 1 ]] && vng_base+=(--verbose)
+# RXE_RS_VM_VERBOSE=1 shows the guest kernel's console on stderr; =warnings only its warnings
+# and worse (loglevel 5: WARN, KASAN, BUG, oops, lockdep, lockups, panic), which the selftests
+# keep: a guest that dies in a panic leaves nothing else behind.
+console_level=
+case ${RXE_RS_VM_VERBOSE:-} in
+1) vng_base+=(--verbose) ;;
+warnings) vng_base+=(--verbose) console_level=loglevel=5 ;;
+esac
 # The host's root as the guest sees it: virtme-ng's 9p options plus cache=loose, so that the
 # guest caches file data and metadata. With 9p's default (no cache) every stat and open is a
 # round trip to the host: an exec of a dynamic program cost 155 ms, `import pyverbs` 3.8 s,
@@ -73,7 +79,7 @@ vng_base=("$VNG" --run "$kdir" --user root --name "$name" --cpus "$cpus" --memor
 # provider are in place before it boots; tests write only to --rwdir mounts, which keep 9p's
 # default). RXE_RS_VM_APPEND: more kernel parameters.
 root_flags=rootflags=version=9p2000.L,trans=virtio,access=any,msize=524288,cache=loose
-vng_base+=(--append "$root_flags${RXE_RS_VM_APPEND:+ $RXE_RS_VM_APPEND}")
+vng_base+=(--append "$root_flags${console_level:+ $console_level}${RXE_RS_VM_APPEND:+ $RXE_RS_VM_APPEND}")
 
 accel_flag() {
 	local probe=$RXE_RS_CACHE/accel-$(basename "$kdir")

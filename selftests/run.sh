@@ -39,6 +39,14 @@ for v in RXE_RS_HOSTILE_PACKETS RXE_RS_LOSSY_MIB RXE_RS_IMPAIRMENT RXE_RS_LOSSY_
 	[[ -n ${!v:-} ]] && knobs+=("$v=${!v}")
 done
 
+# The guests' consoles carry their kernels' warnings and worse (vm.sh): a guest that panics
+# leaves its report there and nowhere else.
+export RXE_RS_VM_VERBOSE=${RXE_RS_VM_VERBOSE:-warnings}
+# The last kernel lines of a dead guest's CONSOLE, for the notes at the end (CI keeps a tail).
+kernel_tail() {
+	grep -aE '^\[ *[0-9]+\.[0-9]+\] ' "$1" 2>/dev/null | tail -n 40 | cut -c1-300 | sed 's/^/  | /'
+}
+
 passed=0 failed=0 skipped=0
 # "LOG:LINE" of each failed result, shown again at the very end (CI keeps only a log's tail).
 failures=()
@@ -107,7 +115,10 @@ finish_pairs() {
 		# No log: the script never started; the console (vm-X.log) says why.
 		[[ -e $log ]] || log=$pair_dir/vm-$role.log
 		sed "s/^/[$role] /" "$log"
-		grep -q '^# suite: done' "$log" || tail -n 3 "$pair_dir/vm-$role.log" | sed "s/^/[$role console] /"
+		if ! grep -q '^# suite: done' "$log"; then
+			tail -n 3 "$pair_dir/vm-$role.log" | sed "s/^/[$role console] /"
+			failure_notes+=("selftests: the end of guest $role's kernel console:"$'\n'"$(kernel_tail "$pair_dir/vm-$role.log")")
+		fi
 		count "$log" -- "${pair_tests[@]}"
 	done
 	local took=$(($(cat "$pair_dir/.end" 2>/dev/null || date +%s) - pair_start))
@@ -202,6 +213,8 @@ if ((${#single_vm_tests[@]})); then
 			echo "selftests: the console output of VM $i was lost; its log:"
 			cat "$log"
 		fi
+		grep -q '^# suite: done' "$log" ||
+			failure_notes+=("selftests: the end of guest $i's kernel console:"$'\n'"$(kernel_tail "$results/selftests-vm$i.console")")
 		logs+=("$log")
 	done
 	count "${logs[@]}" -- "${tests[@]}"

@@ -90,6 +90,10 @@ for test in "$@"; do
 	wait "$watchdog" 2>/dev/null
 	echo "# selftest: $name exit=$rc"
 	echo "# selftest: $name took $((SECONDS - started)) s"
+	# (What memory is left: a guest that runs out ends with its suite killed, saying nothing.)
+	while read -r key kib _; do
+		[[ $key == MemAvailable: ]] && echo "# memory: $((kib / 1024)) MiB available after $name"
+	done </proc/meminfo
 	# A script stopped while it had a CPU offline (rxe_rs_data's hotplug check) must not leave
 	# the next scripts one CPU short.
 	# (A 1-CPU guest has no such file: cpu0 cannot go offline.)
