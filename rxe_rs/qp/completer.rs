@@ -175,6 +175,9 @@ fn handle_response_locked(qp: &QpInner, s: &mut QpLocked, d: &Datagram<'_>) -> C
     // Forward progress resets the retry budget and restarts the timer.
     if (s.req.q.consumer != progress_from || s.req.q.acked_psn != acked_before) && !s.comp.rnr_wait
     {
+        if s.req.q.acked_psn != acked_before {
+            s.req.window.on_acked(s.req.q.acked_psn, super::now_ns);
+        }
         s.req.window.on_progress();
         s.comp.retries_left = s.attrs.retry_cnt;
         s.comp.timer_armed = false;

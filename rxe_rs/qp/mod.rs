@@ -164,6 +164,11 @@ pub(crate) struct QpInner {
     pub(crate) state: SpinLockBh<QpLocked>,
 }
 
+/// The monotonic clock the requester times round trips with (ns since boot).
+pub(crate) fn now_ns() -> u64 {
+    u64::try_from(kernel::time::Ktime::ktime_get().to_ns()).unwrap_or(0)
+}
+
 fn clamp_caps(cap: &mut QpCap) -> Result {
     if cap.max_send_wr > limits::MAX_QP_WR
         || cap.max_recv_wr > limits::MAX_QP_WR

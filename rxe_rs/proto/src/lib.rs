@@ -23,6 +23,7 @@ pub mod psn;
 pub mod read_reply;
 pub mod read_requests;
 pub mod responder;
+pub mod rtt;
 pub mod segment;
 pub mod send_queue;
 pub mod timers;

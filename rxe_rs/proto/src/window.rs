@@ -7,7 +7,8 @@
 //! datagrams lost in one `make bench` run). After a
 //! retransmission timeout the requester sends a single packet and waits for its ACK before
 //! opening the window again, doubling it per acknowledgement; each further timeout without
-//! progress doubles the wait, up to 2^[`MAX_BACKOFF`] times the QP's `timeout`. Resending a
+//! progress doubles the wait, up to 2^[`MAX_BACKOFF`] times the QP's `timeout`; and the wait
+//! is never shorter than the round trips measured suggest ([`RttEstimator`]). Resending a
 //! full window every `timeout` to a receiver that is slow rather than lossy floods it with
 //! duplicates it must acknowledge one by one; against rdma_rxe, which queues every packet for
 //! its responder without bound, that loop never ends (found with a 1 MiB `ibv_rc_pingpong`
@@ -20,7 +21,7 @@
 //! at a time, and go-back-N resends each whole window: between TCG VMs, where the receiver
 //! drops what it cannot take, that was four packets sent for every one delivered.
 
-use super::{psn::Psn, timers::ack_timeout_ns};
+use super::{psn::Psn, rtt::RttEstimator, timers::ack_timeout_ns};
 
 /// What the largest window holds, in bytes of payload.
 pub const WINDOW_BYTES: u32 = 512 * 1024;
@@ -46,6 +47,8 @@ pub struct SendWindow {
     /// seen), further losses are echoes of that one.
     recovery_end: Option<Psn>,
     backoff: u8,
+    /// The round trips measured, which the wait for an ACK is never shorter than.
+    rtt: RttEstimator,
 }
 
 impl Default for SendWindow {
@@ -68,6 +71,7 @@ impl SendWindow {
             threshold: ceiling,
             recovery_end: None,
             backoff: 0,
+            rtt: RttEstimator::default(),
         }
     }
 
@@ -121,18 +125,38 @@ impl SendWindow {
         self.recovery_end = Some(sent_end);
         self.limit = 1;
         self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
+        self.rtt.on_resend();
+    }
+
+    /// The packet at `psn` goes out for the first time, at `now_ns()` (a monotonic clock).
+    pub fn on_first_send(&mut self, psn: Psn, now_ns: impl FnOnce() -> u64) {
+        self.rtt.on_first_send(psn, now_ns);
+    }
+
+    /// A packet sent before goes out again.
+    pub fn on_resend(&mut self) {
+        self.rtt.on_resend();
+    }
+
+    /// Everything before `acked` is acknowledged now (`now_ns()`).
+    pub fn on_acked(&mut self, acked: Psn, now_ns: impl FnOnce() -> u64) {
+        self.rtt.on_acked(acked, now_ns);
     }
 
     fn recovering(&self, acked: Psn) -> bool {
         self.recovery_end.is_some_and(|end| acked.diff(end) < 0)
     }
 
-    /// The retransmission timeout for the QP attribute `timeout`, backed off; `None` for 0
-    /// (wait forever).
+    /// The retransmission timeout for the QP attribute `timeout`, backed off, and never shorter
+    /// than the round trips measured suggest (see [`RttEstimator`]); `None` for 0 (wait
+    /// forever).
     pub fn ack_timeout_ns(&self, timeout: u8) -> Option<u64> {
         // `backoff` is at most MAX_BACKOFF: no bit is shifted out (checked_shl: nothing to panic).
-        ack_timeout_ns(timeout)
-            .map(|ns| ns.checked_shl(u32::from(self.backoff)).unwrap_or(u64::MAX))
+        ack_timeout_ns(timeout).map(|ns| {
+            ns.checked_shl(u32::from(self.backoff))
+                .unwrap_or(u64::MAX)
+                .max(self.rtt.min_wait_ns())
+        })
     }
 }
 
@@ -268,5 +292,35 @@ mod tests {
         assert_eq!(w.ack_timeout_ns(0), None, "0 still means forever");
         w.on_progress();
         assert_eq!(w.ack_timeout_ns(14), Some(67_108_864));
+    }
+
+    #[test]
+    fn the_wait_is_never_shorter_than_the_round_trip_suggests() {
+        let mut w = SendWindow::default();
+        assert_eq!(
+            w.ack_timeout_ns(12),
+            Some(16_777_216),
+            "no sample: the QP's timeout"
+        );
+        assert_eq!(w.ack_timeout_ns(0), None, "0 still waits forever");
+        w.on_first_send(Psn::new(5), || 1_000);
+        w.on_acked(Psn::new(6), || 1_000 + 100_000_000);
+        assert_eq!(
+            w.ack_timeout_ns(12),
+            Some(300_000_000),
+            "a 100 ms round trip"
+        );
+        assert_eq!(w.ack_timeout_ns(0), None);
+        // A backed-off wait longer than the estimate stays.
+        for _ in 0..6 {
+            w.on_timeout(Psn::new(6), Psn::new(7));
+        }
+        assert_eq!(w.ack_timeout_ns(12), Some(16_777_216 << 6));
+        // A timeout's resend is not timed.
+        w.on_first_send(Psn::new(6), || 0);
+        w.on_timeout(Psn::new(6), Psn::new(7));
+        w.on_acked(Psn::new(7), || u64::MAX);
+        w.on_progress();
+        assert_eq!(w.ack_timeout_ns(12), Some(300_000_000));
     }
 }
