@@ -95,6 +95,14 @@ mod tests {
         e.on_acked(Psn::new(psn + 1), || acked_at);
     }
 
+    /// `n` packets a second apart, each acknowledged `rtt` after it was sent.
+    fn steady(e: &mut RttEstimator, n: u32, rtt: u64) {
+        for i in 0..n {
+            let sent = u64::from(i) * 1000 * MS;
+            timed(e, i, sent, sent + rtt);
+        }
+    }
+
     #[test]
     fn no_sample_no_floor() {
         assert_eq!(RttEstimator::default().min_wait_ns(), 0);
@@ -110,14 +118,7 @@ mod tests {
     #[test]
     fn steady_round_trips_converge_on_them() {
         let mut e = RttEstimator::default();
-        for i in 0..100 {
-            timed(
-                &mut e,
-                i,
-                u64::from(i) * 1000 * MS,
-                u64::from(i) * 1000 * MS + 10 * MS,
-            );
-        }
+        steady(&mut e, 100, 10 * MS);
         let w = e.min_wait_ns();
         assert!((10 * MS..11 * MS).contains(&w), "{w}");
     }
@@ -125,14 +126,7 @@ mod tests {
     #[test]
     fn a_slow_round_trip_raises_the_wait_at_once() {
         let mut e = RttEstimator::default();
-        for i in 0..50 {
-            timed(
-                &mut e,
-                i,
-                u64::from(i) * 1000 * MS,
-                u64::from(i) * 1000 * MS + MS,
-            );
-        }
+        steady(&mut e, 50, MS);
         timed(&mut e, 50, 50_000 * MS, 50_000 * MS + 200 * MS);
         assert!(e.min_wait_ns() > 200 * MS, "{}", e.min_wait_ns());
     }
