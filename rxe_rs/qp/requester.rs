@@ -603,12 +603,8 @@ pub(crate) fn run(qp: &QpInner, s: &mut QpLocked, budget: &mut u32) -> RunEnd {
         } else {
             req.noack_pkts.saturating_add(1)
         };
-        // Karn's rule: only a packet sent once is timed (rxe_rs_proto::rtt).
-        if at.diff(req.q.sent_end) >= 0 {
-            req.window.on_first_send(at, super::now_ns);
-        } else {
-            req.window.on_resend();
-        }
+        // Before `record_sent` moves `sent_end`: whether this is a first send (Karn's rule).
+        req.window.on_send(at, req.q.sent_end, super::now_ns);
         req.q.record_sent(index, psns);
         if uc && req.q.work(index).fully_sent() {
             // Complete, whether it arrives or not (IBA 9.8.3): the caller retires it

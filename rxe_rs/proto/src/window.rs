@@ -128,14 +128,15 @@ impl SendWindow {
         self.rtt.on_resend();
     }
 
-    /// The packet at `psn` goes out for the first time, at `now_ns()` (a monotonic clock).
-    pub fn on_first_send(&mut self, psn: Psn, now_ns: impl FnOnce() -> u64) {
-        self.rtt.on_first_send(psn, now_ns);
-    }
-
-    /// A packet sent before goes out again.
-    pub fn on_resend(&mut self) {
-        self.rtt.on_resend();
+    /// The packet at `psn` goes out, at `now_ns()` (a monotonic clock); `sent_end` is the PSN
+    /// after the last one sent before it. Karn's rule: a packet sent for the first time (at or
+    /// past `sent_end`) may be timed, a resend (before it) drops the timing.
+    pub fn on_send(&mut self, psn: Psn, sent_end: Psn, now_ns: impl FnOnce() -> u64) {
+        if psn.diff(sent_end) >= 0 {
+            self.rtt.on_first_send(psn, now_ns);
+        } else {
+            self.rtt.on_resend();
+        }
     }
 
     /// Everything before `acked` is acknowledged now (`now_ns()`).
@@ -303,7 +304,7 @@ mod tests {
             "no sample: the QP's timeout"
         );
         assert_eq!(w.ack_timeout_ns(0), None, "0 still waits forever");
-        w.on_first_send(Psn::new(5), || 1_000);
+        w.on_send(Psn::new(5), Psn::new(5), || 1_000);
         w.on_acked(Psn::new(6), || 1_000 + 100_000_000);
         assert_eq!(
             w.ack_timeout_ns(12),
@@ -317,10 +318,34 @@ mod tests {
         }
         assert_eq!(w.ack_timeout_ns(12), Some(16_777_216 << 6));
         // A timeout's resend is not timed.
-        w.on_first_send(Psn::new(6), || 0);
+        w.on_send(Psn::new(6), Psn::new(6), || 0);
         w.on_timeout(Psn::new(6), Psn::new(7));
         w.on_acked(Psn::new(7), || u64::MAX);
         w.on_progress();
         assert_eq!(w.ack_timeout_ns(12), Some(300_000_000));
+    }
+
+    #[test]
+    fn only_packets_sent_for_the_first_time_are_timed() {
+        let late = || 100_000_000;
+        // A go-back-N resend (10, with 20 sent before) is not timed.
+        let mut w = SendWindow::default();
+        w.on_send(Psn::new(10), Psn::new(20), || 0);
+        w.on_acked(Psn::new(11), late);
+        assert_eq!(w.ack_timeout_ns(12), Some(16_777_216), "no sample");
+        // A resend after a first send drops its timing (Karn: the ACK may answer the copy).
+        w.on_send(Psn::new(20), Psn::new(20), || 0);
+        w.on_send(Psn::new(15), Psn::new(21), || 0);
+        w.on_acked(Psn::new(21), late);
+        assert_eq!(w.ack_timeout_ns(12), Some(16_777_216), "timing dropped");
+        // A first send is timed, also across the PSN wrap.
+        w.on_send(Psn::new(0xff_ffff), Psn::new(0xff_ffff), || 0);
+        w.on_send(Psn::new(0), Psn::new(0), || 500_000);
+        w.on_acked(Psn::new(1), || 100_000_000);
+        assert_eq!(
+            w.ack_timeout_ns(12),
+            Some(300_000_000),
+            "timed from 0xffffff's send"
+        );
     }
 }
