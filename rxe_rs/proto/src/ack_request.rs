@@ -3,6 +3,7 @@
 //! hosts: a stream of small messages asks once per [`ack_interval`] packets, not once per
 //! message. An ACK acknowledges every PSN before it, so one that comes later completes the
 //! messages that did not ask.
+#![deny(clippy::arithmetic_side_effects)]
 
 /// A request asks for an ACK at least every this many packets (rdma_rxe's interval too: a
 /// 64 KiB message of 1024-byte packets asks once).
@@ -45,6 +46,7 @@ pub fn asks_ack(p: Place) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects)] // test data, built from small constants
 mod tests {
     extern crate std;
     use super::*;

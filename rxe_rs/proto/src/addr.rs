@@ -1,4 +1,5 @@
 //! Addressing derived from the netdev: GUIDs, and the Ethernet address of a multicast group.
+#![deny(clippy::arithmetic_side_effects)]
 
 /// The modified EUI-64 of a 48-bit MAC (RFC 4291 appendix A): `FF:FE` in the middle and the
 /// universal/local bit flipped. rdma_rxe uses it as node GUID and system image GUID.
@@ -24,20 +25,13 @@ pub const fn is_multicast_gid(gid: &[u8; 16]) -> bool {
 /// The Ethernet address a RoCEv2 multicast group's packets arrive on: `01:00:5e` and the low
 /// 23 bits of an IPv4 group (RFC 1112), `33:33` and the low 32 bits of an IPv6 one (RFC 2464).
 pub const fn multicast_mac(gid: &[u8; 16]) -> Option<[u8; 6]> {
-    if gid[0] == 0xff {
-        return Some([0x33, 0x33, gid[12], gid[13], gid[14], gid[15]]);
-    }
-    let mut i = 0;
-    while i < 10 {
-        if gid[i] != 0 {
-            return None;
+    match *gid {
+        [0xff, _, _, _, _, _, _, _, _, _, _, _, a, b, c, d] => Some([0x33, 0x33, a, b, c, d]),
+        [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a, b, c, d] if a & 0xf0 == 0xe0 => {
+            Some([0x01, 0x00, 0x5e, b & 0x7f, c, d])
         }
-        i += 1;
+        _ => None,
     }
-    if gid[10] == 0xff && gid[11] == 0xff && gid[12] & 0xf0 == 0xe0 {
-        return Some([0x01, 0x00, 0x5e, gid[13] & 0x7f, gid[14], gid[15]]);
-    }
-    None
 }
 
 #[cfg(test)]

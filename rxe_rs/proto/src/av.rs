@@ -1,4 +1,5 @@
 //! Address vectors: where a connected QP sends, as RoCEv2 GIDs, and which IP family that means.
+#![deny(clippy::arithmetic_side_effects)]
 
 /// The RoCEv2 path of a QP (or of an address handle).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -26,17 +27,9 @@ pub enum Family {
 
 /// Classifies a GID: IPv4-mapped (`::ffff:0:0/96`) GIDs are IPv4 addresses.
 pub const fn family(gid: [u8; 16]) -> Family {
-    let mut i = 0;
-    while i < 10 {
-        if gid[i] != 0 {
-            return Family::Ipv6(gid);
-        }
-        i += 1;
-    }
-    if gid[10] == 0xff && gid[11] == 0xff {
-        Family::Ipv4([gid[12], gid[13], gid[14], gid[15]])
-    } else {
-        Family::Ipv6(gid)
+    match gid {
+        [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a, b, c, d] => Family::Ipv4([a, b, c, d]),
+        _ => Family::Ipv6(gid),
     }
 }
 

@@ -13,6 +13,7 @@
 //! cost: if the run's last packet or its ACK is lost, a post behind it no longer brings the
 //! NAK that would recover the loss within a round trip; the retransmission timer does, as it
 //! did at eight from that depth on.
+#![deny(clippy::arithmetic_side_effects)]
 
 /// Unacknowledged packets from which posts need no doorbell.
 pub const POLLED_MIN_IN_FLIGHT: u32 = 2;

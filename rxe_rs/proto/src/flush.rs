@@ -1,6 +1,7 @@
 //! FLUSH (IBTA 1.5, as rdma_rxe 6.12): the FLUSH extended transport header, which names what
 //! to make durable (the placement type: global visibility, persistence) and over what (the
 //! selectivity level: the RETH's range, or the whole memory region its R_Key names).
+#![deny(clippy::arithmetic_side_effects)]
 
 /// Placement type bit: what earlier WRITEs placed becomes visible to every agent of the host.
 pub const PLACEMENT_GLOBAL: u8 = 1;

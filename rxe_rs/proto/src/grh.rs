@@ -2,6 +2,7 @@
 //! header: the IPv6 header as is, or for IPv4 twenty zero bytes and then the IPv4 header
 //! (rdma_rxe's layout, which libibverbs' `ibv_init_ah_from_wc` and the kernel's
 //! `ib_init_ah_attr_from_wc` decode: an IPv6 version nibble first, else IPv4 at byte 20).
+#![deny(clippy::arithmetic_side_effects)]
 
 use super::icrc::{IPV4_HDR_BYTES, IPV6_HDR_BYTES};
 

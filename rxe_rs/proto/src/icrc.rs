@@ -5,6 +5,7 @@
 //! of the transport headers, the payload and its pad. The result is inverted and sent
 //! little-endian after the payload. `crc` here is the raw register, without the inversions
 //! (as the kernel's `crc32_le`), so the kernel can plug its own implementation in.
+#![deny(clippy::arithmetic_side_effects)]
 
 use super::chunks::Chunks;
 
@@ -17,6 +18,8 @@ pub trait Crc32 {
 /// The register after eight 0xFF bytes (the masked LRH) from an all-ones start.
 pub const ICRC_SEED: u32 = 0xdebb_20e3;
 
+// Evaluated at compile time, over constant bounds.
+#[allow(clippy::arithmetic_side_effects)]
 const fn make_table() -> [u32; 256] {
     let mut table = [0u32; 256];
     let mut i = 0;
@@ -57,6 +60,9 @@ pub const IPV4_HDR_BYTES: usize = 20;
 pub const IPV6_HDR_BYTES: usize = 40;
 /// UDP header bytes.
 pub const UDP_HDR_BYTES: usize = 8;
+/// The headers the ICRC covers masked: IP, UDP and BTH.
+const MASKED_V4: usize = IPV4_HDR_BYTES + UDP_HDR_BYTES + super::opcode::BTH_BYTES;
+const MASKED_V6: usize = IPV6_HDR_BYTES + UDP_HDR_BYTES + super::opcode::BTH_BYTES;
 
 /// Computes the ICRC of a RoCEv2 packet given as its IP header onwards: `packet` is the IP
 /// header, UDP header, transport headers, payload and pad, *without* the 4 ICRC bytes.
@@ -70,31 +76,32 @@ pub fn icrc(crc: &impl Crc32, packet: &[u8]) -> Option<u32> {
 /// the first (`None` if they are not).
 pub fn icrc_of_chunks(crc: &impl Crc32, packet: Chunks<'_>) -> Option<u32> {
     let head = packet.head();
-    let ip_len = match head.first()? >> 4 {
-        4 => IPV4_HDR_BYTES,
-        6 => IPV6_HDR_BYTES,
+    // Where the UDP header starts, and the masked headers' length (IP, UDP, BTH).
+    let (udp_at, masked_len) = match head.first()? >> 4 {
+        4 => (IPV4_HDR_BYTES, MASKED_V4),
+        6 => (IPV6_HDR_BYTES, MASKED_V6),
         _ => return None,
     };
-    let masked_len = ip_len + UDP_HDR_BYTES + super::opcode::BTH_BYTES;
     let head = head.get(..masked_len)?;
-    let mut masked = [0u8; IPV6_HDR_BYTES + UDP_HDR_BYTES + super::opcode::BTH_BYTES];
+    let mut masked = [0u8; MASKED_V6];
     let m = &mut masked[..masked_len];
     m.copy_from_slice(head);
-    if ip_len == IPV4_HDR_BYTES {
-        m[1] = 0xff; // TOS
-        m[8] = 0xff; // TTL
-        m[10] = 0xff; // header checksum
-        m[11] = 0xff;
+    let (ip, udp_bth) = m.split_at_mut(udp_at);
+    if udp_at == IPV4_HDR_BYTES {
+        ip[1] = 0xff; // TOS
+        ip[8] = 0xff; // TTL
+        ip[10] = 0xff; // header checksum
+        ip[11] = 0xff;
     } else {
-        m[0] |= 0x0f; // traffic class (high nibble)
-        m[1] = 0xff; // traffic class (low nibble), flow label
-        m[2] = 0xff;
-        m[3] = 0xff;
-        m[7] = 0xff; // hop limit
+        ip[0] |= 0x0f; // traffic class (high nibble)
+        ip[1] = 0xff; // traffic class (low nibble), flow label
+        ip[2] = 0xff;
+        ip[3] = 0xff;
+        ip[7] = 0xff; // hop limit
     }
-    m[ip_len + 6] = 0xff; // UDP checksum
-    m[ip_len + 7] = 0xff;
-    m[ip_len + UDP_HDR_BYTES + 4] = 0xff; // BTH resv8a (FECN, BECN, reserved)
+    udp_bth[6] = 0xff; // UDP checksum
+    udp_bth[7] = 0xff;
+    udp_bth[UDP_HDR_BYTES + 4] = 0xff; // BTH resv8a (FECN, BECN, reserved)
     let rest = packet.sub(masked_len, packet.len().checked_sub(masked_len)?)?;
     let reg = rest.pieces().fold(crc.update(ICRC_SEED, m), |reg, piece| {
         crc.update(reg, piece)

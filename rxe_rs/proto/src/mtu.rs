@@ -1,4 +1,5 @@
 //! IB path MTUs and how a RoCE port's active MTU follows its netdev's MTU.
+#![deny(clippy::arithmetic_side_effects)]
 
 /// The IB MTU enumeration (`enum ib_mtu`): 1 = 256 bytes ... 5 = 4096 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -1,4 +1,5 @@
 //! Base transport opcodes (IBA 9.2, table 38) and which headers each carries.
+#![deny(clippy::arithmetic_side_effects)]
 
 /// A BTH opcode: transport (top 3 bits) and operation (low 5 bits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,6 +128,8 @@ pub const MAX_HEADER_BYTES: usize = {
 
 impl OpInfo {
     /// Bytes of transport headers (BTH and every extended header), before the payload.
+    // At most the sum of the header sizes, constants.
+    #[allow(clippy::arithmetic_side_effects)]
     pub const fn header_len(&self) -> usize {
         let mut n = BTH_BYTES;
         if self.deth {

@@ -12,6 +12,7 @@
 //! gains of 1/8 and 1/4), capped at [`MAX_ESTIMATE_NS`] so a peer that died is still found in
 //! about `retry_cnt` times that. Samples follow Karn's rule: only a packet sent once is timed,
 //! and a resend drops the packet being timed (its ACK could answer either copy).
+#![deny(clippy::arithmetic_side_effects)]
 
 use super::psn::Psn;
 
@@ -67,9 +68,11 @@ impl RttEstimator {
                 self.rttvar_ns = sample / 2;
             }
             Some(srtt) => {
-                // Both stay at most MAX_ESTIMATE_NS: weighted means of values that are.
-                self.rttvar_ns = (3 * self.rttvar_ns + srtt.abs_diff(sample)) / 4;
-                self.srtt_ns = Some((7 * srtt + sample) / 8);
+                // Both stay at most MAX_ESTIMATE_NS: weighted means of values that are (so
+                // nothing saturates).
+                let var = self.rttvar_ns.saturating_mul(3);
+                self.rttvar_ns = var.saturating_add(srtt.abs_diff(sample)) / 4;
+                self.srtt_ns = Some(srtt.saturating_mul(7).saturating_add(sample) / 8);
             }
         }
     }
@@ -85,6 +88,7 @@ impl RttEstimator {
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects)] // test data, built from small constants
 mod tests {
     use super::*;
 

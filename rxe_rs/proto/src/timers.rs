@@ -1,4 +1,5 @@
 //! The two RC timers' values (IBA 9.7.6.1.3 and table 45).
+#![deny(clippy::arithmetic_side_effects)]
 
 /// The local ACK timeout for the QP attribute `timeout` (0..=31): 4.096 us * 2^timeout, in
 /// nanoseconds; `None` for 0, which means "wait forever".

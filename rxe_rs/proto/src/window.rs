@@ -20,6 +20,7 @@
 //! may bring further NAKs or ACKs for it, which are not new losses (the recovery point). A sender faster than its receiver otherwise overruns it a full window
 //! at a time, and go-back-N resends each whole window: between TCG VMs, where the receiver
 //! drops what it cannot take, that was four packets sent for every one delivered.
+#![deny(clippy::arithmetic_side_effects)]
 
 use super::{psn::Psn, rtt::RttEstimator, timers::ack_timeout_ns};
 
@@ -88,15 +89,15 @@ impl SendWindow {
     /// Whether the packet `unacked` packets past the last acknowledged one (0 for the first)
     /// is the last the window allows: it should ask for an ACK.
     pub fn is_edge(&self, unacked: u32) -> bool {
-        unacked + 1 >= self.limit
+        unacked.saturating_add(1) >= self.limit
     }
 
     /// An acknowledgement moved things forward.
     pub fn on_progress(&mut self) {
         self.limit = if self.limit < self.threshold {
-            (self.limit * 2).min(self.threshold)
+            self.limit.saturating_mul(2).min(self.threshold)
         } else {
-            self.limit + 1
+            self.limit.saturating_add(1)
         }
         .min(self.ceiling);
         self.backoff = 0;
@@ -124,7 +125,7 @@ impl SendWindow {
         }
         self.recovery_end = Some(sent_end);
         self.limit = 1;
-        self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
+        self.backoff = self.backoff.saturating_add(1).min(MAX_BACKOFF);
         self.rtt.on_resend();
     }
 

@@ -1,6 +1,8 @@
 //! Building RoCEv2 datagrams: IP and UDP headers, the transport headers, room for the payload,
 //! its pad and the ICRC. The caller allocates the buffer ([`Frame::len`]), fills the payload
 //! in place (no intermediate copy) and seals the frame with [`seal`].
+// Lengths come from WQEs (payload) and the caller's buffer: nothing overflows unchecked.
+#![deny(clippy::arithmetic_side_effects)]
 
 use super::{
     atomic::{write_ack, AtomicEth},
@@ -55,6 +57,8 @@ impl Frame {
     }
 
     /// Bytes of the transport headers (BTH and extended headers).
+    // At most the sum of the header sizes, constants.
+    #[allow(clippy::arithmetic_side_effects)]
     fn transport_header_len(&self) -> usize {
         BTH_BYTES
             + if self.deth.is_some() { DETH_BYTES } else { 0 }
@@ -75,19 +79,21 @@ impl Frame {
 
     /// Offset of the payload in the datagram.
     pub fn payload_offset(&self) -> Option<usize> {
-        Some(self.ip_header_len()? + UDP_HDR_BYTES + self.transport_header_len())
+        self.ip_header_len()?
+            .checked_add(UDP_HDR_BYTES)?
+            .checked_add(self.transport_header_len())
     }
 
-    /// Bytes of the whole IP datagram, ICRC included; `None` for an address vector mixing families.
+    /// Bytes of the whole IP datagram, ICRC included; `None` for an address vector mixing
+    /// families, or a datagram longer than its IP and UDP length fields can say (64 KiB).
     // A frame is never empty (it has headers at least): no `is_empty` to go with this.
     #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> Option<usize> {
-        Some(
-            self.payload_offset()?
-                + self.payload_len as usize
-                + pad_of(self.payload_len) as usize
-                + ICRC_BYTES,
-        )
+        self.payload_offset()?
+            .checked_add(usize::try_from(self.payload_len).ok()?)?
+            .checked_add(usize::from(pad_of(self.payload_len)))?
+            .checked_add(ICRC_BYTES)
+            .filter(|&total| total <= usize::from(u16::MAX))
     }
 
     /// Writes the headers (everything before the payload) and zeroes the pad into `buf`, which
@@ -97,12 +103,15 @@ impl Frame {
         if buf.len() != total {
             return None;
         }
+        // (`len` keeps it within the IP and UDP length fields.)
+        let total_field = u16::try_from(total).ok()?;
+        let mut rest = Unwritten(buf);
         let ip_len = match self.av.families()? {
             (Family::Ipv4(src), Family::Ipv4(dst)) => {
-                let h = &mut buf[..IPV4_HDR_BYTES];
+                let h = rest.take(IPV4_HDR_BYTES)?;
                 h[0] = 0x45;
                 h[1] = self.av.traffic_class;
-                h[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+                h[2..4].copy_from_slice(&total_field.to_be_bytes());
                 // ID 0: unused with DF. A batch's later datagrams get their index
                 // ([`set_ipv4_id`]).
                 h[4..6].copy_from_slice(&0u16.to_be_bytes());
@@ -116,12 +125,13 @@ impl Frame {
                 IPV4_HDR_BYTES
             }
             (Family::Ipv6(src), Family::Ipv6(dst)) => {
-                let h = &mut buf[..IPV6_HDR_BYTES];
+                let h = rest.take(IPV6_HDR_BYTES)?;
                 let word = (6u32 << 28)
                     | (u32::from(self.av.traffic_class) << 20)
                     | (self.av.flow_label & 0xf_ffff);
                 h[0..4].copy_from_slice(&word.to_be_bytes());
-                h[4..6].copy_from_slice(&((total - IPV6_HDR_BYTES) as u16).to_be_bytes());
+                let payload_field = u16::try_from(total.checked_sub(IPV6_HDR_BYTES)?).ok()?;
+                h[4..6].copy_from_slice(&payload_field.to_be_bytes());
                 h[6] = IPPROTO_UDP;
                 h[7] = self.av.hop_limit;
                 h[8..24].copy_from_slice(&src);
@@ -130,47 +140,60 @@ impl Frame {
             }
             _ => return None,
         };
-        let udp = &mut buf[ip_len..ip_len + UDP_HDR_BYTES];
+        let udp = rest.take(UDP_HDR_BYTES)?;
+        let udp_len = u16::try_from(total.checked_sub(ip_len)?).ok()?;
         udp[0..2].copy_from_slice(&self.sport.to_be_bytes());
         udp[2..4].copy_from_slice(&ROCE_V2_PORT.to_be_bytes());
-        udp[4..6].copy_from_slice(&((total - ip_len) as u16).to_be_bytes());
+        udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
         udp[6..8].copy_from_slice(&[0, 0]); // no UDP checksum: the ICRC covers the packet
-        let mut at = ip_len + UDP_HDR_BYTES;
         let bth = Bth {
             pad: pad_of(self.payload_len),
             ..self.bth
         };
-        bth.write(&mut buf[at..at + BTH_BYTES]);
-        at += BTH_BYTES;
+        bth.write(rest.take(BTH_BYTES)?);
         if let Some(deth) = &self.deth {
-            deth.write(&mut buf[at..at + DETH_BYTES]);
-            at += DETH_BYTES;
+            deth.write(rest.take(DETH_BYTES)?);
         }
         if let Some(reth) = &self.reth {
-            reth.write(&mut buf[at..at + RETH_BYTES]);
-            at += RETH_BYTES;
+            reth.write(rest.take(RETH_BYTES)?);
         }
         if let Some(eth) = &self.atomic_eth {
-            eth.write(&mut buf[at..at + ATOMIC_ETH_BYTES]);
-            at += ATOMIC_ETH_BYTES;
+            eth.write(rest.take(ATOMIC_ETH_BYTES)?);
         }
         if let Some(aeth) = &self.aeth {
-            aeth.write(&mut buf[at..at + AETH_BYTES]);
-            at += AETH_BYTES;
+            aeth.write(rest.take(AETH_BYTES)?);
         }
         if let Some(orig) = self.atomic_ack {
-            write_ack(orig, &mut buf[at..at + ATOMIC_ACK_ETH_BYTES]);
-            at += ATOMIC_ACK_ETH_BYTES;
+            write_ack(orig, rest.take(ATOMIC_ACK_ETH_BYTES)?);
         }
         if let Some(imm) = &self.immdt {
-            buf[at..at + IMMDT_BYTES].copy_from_slice(imm);
-            at += IMMDT_BYTES;
+            rest.take(IMMDT_BYTES)?.copy_from_slice(imm);
         }
-        let payload = at..at + self.payload_len as usize;
-        for b in &mut buf[payload.end..total - ICRC_BYTES] {
-            *b = 0;
+        // What is left is the payload, its pad and the ICRC.
+        let start = total.checked_sub(rest.len())?;
+        let payload_len = usize::try_from(self.payload_len).ok()?;
+        rest.take(payload_len)?;
+        rest.take(usize::from(pad_of(self.payload_len)))?.fill(0);
+        Some(start..start.checked_add(payload_len)?)
+    }
+}
+
+/// What is left of a buffer being written front to back.
+struct Unwritten<'b>(&'b mut [u8]);
+
+impl<'b> Unwritten<'b> {
+    /// Its next `n` bytes; `None` if fewer are left.
+    fn take(&mut self, n: usize) -> Option<&'b mut [u8]> {
+        if self.0.len() < n {
+            return None;
         }
-        Some(payload)
+        let (head, tail) = core::mem::take(&mut self.0).split_at_mut(n);
+        self.0 = tail;
+        Some(head)
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
     }
 }
 
@@ -197,14 +220,15 @@ pub fn set_ipv4_id(buf: &mut [u8], id: u16) {
 
 /// The IPv4 header checksum of `h` (20 bytes, checksum field included as it is).
 fn ipv4_checksum(h: &[u8]) -> u16 {
+    // Ten 16-bit words (the header is 20 bytes): the sum cannot wrap.
     let mut sum = 0u32;
-    for (i, pair) in h.chunks(2).enumerate() {
+    for (i, pair) in h.chunks_exact(2).enumerate() {
         if i != 5 {
-            sum += u32::from(u16::from_be_bytes([pair[0], pair[1]]));
+            sum = sum.wrapping_add(u32::from(u16::from_be_bytes([pair[0], pair[1]])));
         }
     }
     while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
+        sum = (sum & 0xffff).wrapping_add(sum >> 16);
     }
     !(sum as u16)
 }
@@ -385,6 +409,8 @@ mod tests {
         });
         let buf = build(&f, 0);
         assert_eq!(buf.len(), 40 + 8 + 12 + 4 + 4);
+        assert_eq!(&buf[4..6], &28u16.to_be_bytes(), "payload length");
+        assert_eq!(&buf[44..46], &28u16.to_be_bytes(), "UDP length");
         assert_eq!(
             &buf[..4],
             &[0x60, 0x31, 0x23, 0x45],
@@ -448,6 +474,28 @@ mod tests {
             frame(ok, Opcode::RC_SEND_ONLY, 1).write_headers(&mut [0u8; 10]),
             None
         );
+    }
+
+    #[test]
+    fn a_datagram_past_the_ip_length_field_is_refused() {
+        let av = AddressVector {
+            sgid: v4([1, 1, 1, 1]),
+            dgid: v4([2, 2, 2, 2]),
+            ..Default::default()
+        };
+        // 20 + 8 + 12 bytes of headers and 4 of ICRC: 65488 bytes of payload (no pad) fill
+        // 65532 bytes, the largest that fits; one more needs a pad of 3, 65536.
+        let f = frame(av, Opcode::RC_SEND_ONLY, 65488);
+        assert_eq!(f.len(), Some(65532));
+        let buf = build(&f, 0x5a);
+        assert_eq!(&buf[2..4], &65532u16.to_be_bytes(), "IP total length");
+        assert_eq!(&buf[24..26], &65512u16.to_be_bytes(), "UDP length");
+        assert_eq!(parse(&buf, &SoftCrc32).unwrap().payload.len(), 65488);
+        for payload_len in [65489, u32::MAX] {
+            let f = frame(av, Opcode::RC_SEND_ONLY, payload_len);
+            assert_eq!(f.len(), None, "{payload_len}");
+            assert_eq!(f.write_headers(&mut [0u8; 64]), None);
+        }
     }
 
     #[test]
