@@ -85,7 +85,8 @@ impl Frame {
     }
 
     /// Bytes of the whole IP datagram, ICRC included; `None` for an address vector mixing
-    /// families, or a datagram longer than its IP and UDP length fields can say (64 KiB).
+    /// families, or a datagram past 65535 bytes (IPv4's total length field; for IPv6, 40 bytes
+    /// stricter than its fields need, far above any path MTU).
     // A frame is never empty (it has headers at least): no `is_empty` to go with this.
     #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> Option<usize> {
