@@ -500,6 +500,59 @@ mod tests {
     }
 
     #[test]
+    fn an_ipv6_datagram_past_65535_bytes_is_refused() {
+        let mut s = [0u8; 16];
+        s[0] = 0xfd;
+        s[15] = 1;
+        let mut d = s;
+        d[15] = 2;
+        let av = AddressVector {
+            sgid: s,
+            dgid: d,
+            hop_limit: 64,
+            ..Default::default()
+        };
+        // 40 + 8 + 12 bytes of headers and 4 of ICRC: 65468 bytes of payload (no pad) fill
+        // 65532 bytes; one more needs a pad of 3, 65536.
+        let f = frame(av, Opcode::RC_SEND_ONLY, 65468);
+        assert_eq!(f.len(), Some(65532));
+        let buf = build(&f, 0x5a);
+        assert_eq!(&buf[4..6], &65492u16.to_be_bytes(), "IPv6 payload length");
+        assert_eq!(&buf[44..46], &65492u16.to_be_bytes(), "UDP length");
+        assert_eq!(parse(&buf, &SoftCrc32).unwrap().payload.len(), 65468);
+        let f = frame(av, Opcode::RC_SEND_ONLY, 65469);
+        assert_eq!(f.len(), None);
+        assert_eq!(f.write_headers(&mut [0u8; 64]), None);
+    }
+
+    #[test]
+    fn the_pad_is_zeroed_whatever_the_buffer_held() {
+        for payload_len in 1..=4u32 {
+            let f = frame(v4_av(), Opcode::RC_SEND_ONLY, payload_len);
+            let pad = usize::from(pad_of(payload_len));
+            assert_eq!(pad, (4 - payload_len as usize % 4) % 4);
+            let mut buf = vec![0xaau8; f.len().unwrap()];
+            let payload = f.write_headers(&mut buf).unwrap();
+            assert_eq!(payload.len(), payload_len as usize);
+            let icrc_at = buf.len() - ICRC_BYTES;
+            assert_eq!(
+                payload.end + pad,
+                icrc_at,
+                "the pad ends where the ICRC starts"
+            );
+            assert!(
+                buf[payload.end..icrc_at].iter().all(|&b| b == 0),
+                "{payload_len}"
+            );
+            assert!(
+                buf[payload].iter().all(|&b| b == 0xaa),
+                "the payload is the caller's"
+            );
+            assert_eq!(buf[20 + 8 + 1] >> 4 & 3, pad as u8, "the BTH's pad count");
+        }
+    }
+
+    #[test]
     fn source_ports_match_rdma_rxe() {
         // The sport rdma_rxe used for QPN 17 in the golden capture.
         assert_eq!(qp_source_port(17) & 0xc000, 0xc000);
