@@ -104,7 +104,7 @@ qemu_opts=" -global virtio-serial-pci.max_ports=2 -global virtio-serial-pci.ioev
 for i in "${!nics[@]}"; do
 	IFS=, read -r mac lport rport <<<"${nics[$i]}"
 	qemu_opts+=" -netdev socket,id=rxenet$i,udp=127.0.0.1:$rport,localaddr=127.0.0.1:$lport"
-	qemu_opts+=" -device virtio-net-pci,netdev=rxenet$i,mac=$mac"
+	qemu_opts+=" -device virtio-net-pci,netdev=rxenet$i,mac=$mac${RXE_RS_VM_RX_RING:+,rx_queue_size=$RXE_RS_VM_RX_RING}"
 done
 
 # --pmem: 128 MiB of persistent memory, a QEMU NVDIMM (ACPI NFIT; the debug kernel has the

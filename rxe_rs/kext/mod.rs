@@ -11,6 +11,7 @@ pub(crate) mod atomic64;
 mod bindings;
 pub(crate) mod crc;
 pub(crate) mod errno;
+mod gro;
 pub(crate) mod ib;
 pub(crate) mod kmem;
 pub(crate) mod link;
