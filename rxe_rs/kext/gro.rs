@@ -42,37 +42,61 @@ pub(super) unsafe extern "C" fn gro_receive(
     head: *mut bindings::list_head,
     skb: *mut bindings::sk_buff,
 ) -> *mut bindings::sk_buff {
-    // SAFETY: `skb` is the skb GRO is receiving (the callback's contract).
-    if unsafe { bindings::rxe_rs_helper_gro_flush(skb) } {
-        return ptr::null_mut();
-    }
-    // SAFETY: as above; `next` is used only before `skb` is chained.
-    let Some(next) = (unsafe { seen(skb, false) }) else {
+    // SAFETY: `head` is GRO's list (the callback's contract); nothing changes it meanwhile.
+    let Some(p) = (unsafe { held_of_flow(head) }) else {
         return ptr::null_mut();
     };
-    // SAFETY: `head` is GRO's list (the callback's contract); nothing changes it meanwhile.
+    // An skb GRO will not hold (too short for its IP length, GSO, with a frag_list) goes up
+    // as it is: the run before it first, to keep the flow's order.
+    // SAFETY: `skb` is the skb GRO is receiving (the callback's contract).
+    if unsafe { bindings::rxe_rs_helper_gro_flush(skb) } {
+        return p;
+    }
+    // SAFETY: `p` is on GRO's list, `skb` is being received; `held` and `next` are used only
+    // before `skb` is chained.
+    let follows = unsafe {
+        let segments = bindings::rxe_rs_helper_gro_count(p);
+        match (seen(p, true), seen(skb, false)) {
+            (Some(held), Some(next)) => {
+                gro::may_follow(held, segments, next)
+                    // Once per run, before its first link.
+                    && (segments > 1 || bindings::rxe_rs_helper_gro_to_local(p))
+            }
+            _ => false,
+        }
+    };
+    // A run `skb` does not follow goes up now; `skb` may start the next.
+    // SAFETY: `p` holds a run of `skb`'s flow, which `may_follow` let it join.
+    if !follows || unsafe { bindings::rxe_rs_helper_gro_chain(p, skb) } != 0 {
+        return p;
+    }
+    // SAFETY: `p` is still on GRO's list.
+    let full = unsafe { bindings::rxe_rs_helper_gro_count(p) } >= gro::MAX_SEGMENTS;
+    if full {
+        p
+    } else {
+        ptr::null_mut()
+    }
+}
+
+/// The skb GRO holds of the arriving one's flow (addresses and ports: the IP and UDP layers
+/// cleared `same_flow` on the others), if any.
+///
+/// # Safety
+///
+/// `head` is the list of skbs GRO holds, in a `gro_receive` callback.
+unsafe fn held_of_flow(head: *mut bindings::list_head) -> Option<*mut bindings::sk_buff> {
+    // SAFETY: `head` is GRO's list (the caller's contract).
     let mut p = unsafe { bindings::rxe_rs_helper_gro_held_next(head, ptr::null_mut()) };
     while !p.is_null() {
         // SAFETY: `p` is an skb on GRO's list.
         if unsafe { bindings::rxe_rs_helper_gro_same_flow(p) } {
-            // SAFETY: as above; a held skb's headers are in its head.
-            let segments = unsafe { bindings::rxe_rs_helper_gro_count(p) };
-            // SAFETY: as above.
-            let follows =
-                unsafe { seen(p, true) }.is_some_and(|held| gro::may_follow(held, segments, next));
-            // A run `skb` does not follow goes up now; `skb` may start the next.
-            // SAFETY: `p` holds a run of `skb`'s flow, which `may_follow` let it join.
-            if !follows || unsafe { bindings::rxe_rs_helper_gro_chain(p, skb) } != 0 {
-                return p;
-            }
-            // SAFETY: `p` is still on GRO's list.
-            let full = unsafe { bindings::rxe_rs_helper_gro_count(p) } >= gro::MAX_SEGMENTS;
-            return if full { p } else { ptr::null_mut() };
+            return Some(p);
         }
         // SAFETY: `p` is on the list `head` leads.
         p = unsafe { bindings::rxe_rs_helper_gro_held_next(head, p) };
     }
-    ptr::null_mut()
+    None
 }
 
 /// The `gro_complete` callback of a receive socket: a run of more than one datagram, which

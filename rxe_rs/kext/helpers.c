@@ -132,16 +132,34 @@ u16 rxe_rs_helper_gro_count(const struct sk_buff *skb)
 }
 
 /* The IP header of an skb in GRO, and how many bytes from it on are readable there: in the
- * head of a held one (GRO pulled its headers), maybe in frag0 for the one arriving. A header
- * with IPv4 options never gets here (inet_gro_receive flushes it). */
+ * head of a held one (GRO pulled its headers; its frag0 is gone), maybe in frag0 for the one
+ * arriving. NULL when the IP header is not at the start (a VLAN tag in the packet): chained
+ * members must have their network header where segmentation writes it. The outer header's
+ * offset: encap_mark is set by now, which makes skb_gro_network_header read the inner one's. */
 const void *rxe_rs_helper_gro_ip_header(const struct sk_buff *skb, bool held, unsigned int *len)
 {
-	if (held) {
-		*len = skb_headlen(skb) - skb_network_offset(skb);
-		return skb_network_header(skb);
-	}
-	*len = skb_gro_offset(skb) - skb_network_offset(skb);
-	return skb_gro_network_header(skb);
+	unsigned int end = held ? skb_headlen(skb) : skb_gro_offset(skb);
+
+	*len = 0;
+	if (NAPI_GRO_CB(skb)->network_offset != 0 || skb_network_offset(skb) != 0)
+		return NULL;
+	*len = end;
+	if (!held && skb_gro_may_pull(skb, end))
+		return skb_gro_header_fast(skb, 0);
+	return skb->data;
+}
+
+/* Whether the datagram GRO holds is addressed to this host (not one it forwards: segmentation
+ * would give a chain's members back their own headers, TTLs not decremented). */
+bool rxe_rs_helper_gro_to_local(const struct sk_buff *skb)
+{
+	struct net *net = dev_net(skb->dev);
+	struct net_device *dev;
+
+	if (ip_hdr(skb)->version == 4)
+		return __ip_dev_find(net, ip_hdr(skb)->daddr, false);
+	dev = ipv6_stub->ipv6_dev_find(net, &ipv6_hdr(skb)->daddr, NULL);
+	return !IS_ERR_OR_NULL(dev);
 }
 
 /* Chains `skb` (its headers pulled up to its UDP payload) to the one GRO holds, `p`: the

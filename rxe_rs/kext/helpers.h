@@ -45,6 +45,7 @@ bool rxe_rs_helper_gro_same_flow(const struct sk_buff *skb);
 bool rxe_rs_helper_gro_flush(const struct sk_buff *skb);
 u16 rxe_rs_helper_gro_count(const struct sk_buff *skb);
 const void *rxe_rs_helper_gro_ip_header(const struct sk_buff *skb, bool held, unsigned int *len);
+bool rxe_rs_helper_gro_to_local(const struct sk_buff *skb);
 int rxe_rs_helper_gro_chain(struct sk_buff *p, struct sk_buff *skb);
 void rxe_rs_helper_gro_complete_chain(struct sk_buff *skb);
 void rxe_rs_helper_kfree_skb(struct sk_buff *skb);
