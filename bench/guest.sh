@@ -115,9 +115,6 @@ port_counters() {
 	for f in "/sys/class/infiniband/$DEV/ports/1/hw_counters/"*; do
 		[[ -r $f ]] && printf '%s %s\n' "${f##*/}" "$(<"$f")"
 	done
-	# And the IP layer's: with GRO chaining datagrams, IP takes fewer skbs than UDP delivers.
-	awk '$1 == "Ip:" && $2 ~ /^[0-9]/ { print "ip_in_receives", $4 }
-		$1 == "Udp:" && $2 ~ /^[0-9]/ { print "udp_in_datagrams", $2 }' /proc/net/snmp
 }
 counter_deltas() {
 	awk 'NR == FNR { before[$1] = $2; next }

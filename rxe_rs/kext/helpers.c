@@ -12,7 +12,6 @@
 #include <linux/cpumask.h>
 #include <net/net_namespace.h>
 #include <net/netns/generic.h>
-#include <net/gro.h>
 #include "helpers.h"
 
 void rxe_rs_helper_dev_hold(struct net_device *ndev)
@@ -93,112 +92,14 @@ int rxe_rs_helper_udp_sock_create(struct net *net, bool ipv6, __be16 port, struc
 }
 
 void rxe_rs_helper_setup_udp_tunnel(struct net *net, struct socket *sock,
-				    int (*encap_rcv)(struct sock *sk, struct sk_buff *skb),
-				    udp_tunnel_gro_receive_t gro_receive,
-				    udp_tunnel_gro_complete_t gro_complete)
+				    int (*encap_rcv)(struct sock *sk, struct sk_buff *skb))
 {
 	struct udp_tunnel_sock_cfg cfg = {
 		.encap_type = 1,
 		.encap_rcv = encap_rcv,
-		.gro_receive = gro_receive,
-		.gro_complete = gro_complete,
 	};
 
 	setup_udp_tunnel_sock(net, sock, &cfg);
-}
-
-/* GRO, for the receive sockets' gro_receive callback: the skbs GRO holds (`prev` NULL for the
- * first), and NAPI_GRO_CB's fields. */
-struct sk_buff *rxe_rs_helper_gro_held_next(struct list_head *head, struct sk_buff *prev)
-{
-	struct list_head *next = prev ? prev->list.next : head->next;
-
-	return next == head ? NULL : list_entry(next, struct sk_buff, list);
-}
-
-bool rxe_rs_helper_gro_same_flow(const struct sk_buff *skb)
-{
-	return NAPI_GRO_CB(skb)->same_flow;
-}
-
-bool rxe_rs_helper_gro_flush(const struct sk_buff *skb)
-{
-	return NAPI_GRO_CB(skb)->flush;
-}
-
-u16 rxe_rs_helper_gro_count(const struct sk_buff *skb)
-{
-	return NAPI_GRO_CB(skb)->count;
-}
-
-/* The IP header of an skb in GRO, and how many bytes from it on are readable there: in the
- * head of a held one (GRO pulled its headers; its frag0 is gone), maybe in frag0 for the one
- * arriving. NULL when the IP header is not at the start (a VLAN tag in the packet): chained
- * members must have their network header where segmentation writes it. The outer header's
- * offset: encap_mark is set by now, which makes skb_gro_network_header read the inner one's. */
-const void *rxe_rs_helper_gro_ip_header(const struct sk_buff *skb, bool held, unsigned int *len)
-{
-	unsigned int end = held ? skb_headlen(skb) : skb_gro_offset(skb);
-
-	*len = 0;
-	if (NAPI_GRO_CB(skb)->network_offset != 0 || skb_network_offset(skb) != 0)
-		return NULL;
-	*len = end;
-	if (!held && skb_gro_may_pull(skb, end))
-		return skb_gro_header_fast(skb, 0);
-	return skb->data;
-}
-
-/* Whether the datagram GRO holds is addressed to this host (not one it forwards: segmentation
- * would give a chain's members back their own headers, TTLs not decremented). */
-bool rxe_rs_helper_gro_to_local(const struct sk_buff *skb)
-{
-	struct net *net = dev_net(skb->dev);
-	struct net_device *dev;
-
-	if (ip_hdr(skb)->version == 4)
-		return __ip_dev_find(net, ip_hdr(skb)->daddr, false);
-	dev = ipv6_stub->ipv6_dev_find(net, &ipv6_hdr(skb)->daddr, NULL);
-	return !IS_ERR_OR_NULL(dev);
-}
-
-/* Chains `skb` (its headers pulled up to its UDP payload) to the one GRO holds, `p`: the
- * kernel's skb_gro_receive_list, which is not exported. 0, or an errno with `skb` flushed. */
-int rxe_rs_helper_gro_chain(struct sk_buff *p, struct sk_buff *skb)
-{
-	if (!pskb_may_pull(skb, skb_gro_offset(skb))) {
-		NAPI_GRO_CB(skb)->flush = 1;
-		return -ENOMEM;
-	}
-	if (NAPI_GRO_CB(p)->last == p)
-		skb_shinfo(p)->frag_list = skb;
-	else
-		NAPI_GRO_CB(p)->last->next = skb;
-	skb_pull(skb, skb_gro_offset(skb));
-	NAPI_GRO_CB(p)->last = skb;
-	NAPI_GRO_CB(p)->count++;
-	p->data_len += skb->len;
-	/* Socket ownership, if any, passes to the chain. */
-	skb->destructor = NULL;
-	skb->sk = NULL;
-	p->truesize += skb->truesize;
-	p->len += skb->len;
-	NAPI_GRO_CB(skb)->same_flow = 1;
-	return 0;
-}
-
-/* A chain GRO completes (udp_gro_complete, which marked it a UDP tunnel's): a UDP GSO skb of
- * the fraglist kind instead, which UDP splits again for our socket (udp_rcv_segment) as it
- * splits the kernel's own fraglist GRO skbs; gso_size is the head's payload (dev_gro_receive),
- * as segmentation wants it. */
-void rxe_rs_helper_gro_complete_chain(struct sk_buff *skb)
-{
-	skb->encapsulation = 0;
-	skb_shinfo(skb)->gso_type = SKB_GSO_FRAGLIST | SKB_GSO_UDP_L4;
-	skb_shinfo(skb)->gso_segs = NAPI_GRO_CB(skb)->count;
-	/* Their UDP checksums are 0 (rxe_rs chains no others): nothing to check. Segmenting a
-	 * CHECKSUM_NONE skb on receive would warn (skb_warn_bad_offload). */
-	__skb_incr_checksum_unnecessary(skb);
 }
 
 void rxe_rs_helper_kfree_skb(struct sk_buff *skb)

@@ -37,17 +37,7 @@ struct net_device *rxe_rs_helper_notifier_info_to_dev(void *info);
 
 int rxe_rs_helper_udp_sock_create(struct net *net, bool ipv6, __be16 port, struct socket **sockp);
 void rxe_rs_helper_setup_udp_tunnel(struct net *net, struct socket *sock,
-				    int (*encap_rcv)(struct sock *sk, struct sk_buff *skb),
-				    udp_tunnel_gro_receive_t gro_receive,
-				    udp_tunnel_gro_complete_t gro_complete);
-struct sk_buff *rxe_rs_helper_gro_held_next(struct list_head *head, struct sk_buff *prev);
-bool rxe_rs_helper_gro_same_flow(const struct sk_buff *skb);
-bool rxe_rs_helper_gro_flush(const struct sk_buff *skb);
-u16 rxe_rs_helper_gro_count(const struct sk_buff *skb);
-const void *rxe_rs_helper_gro_ip_header(const struct sk_buff *skb, bool held, unsigned int *len);
-bool rxe_rs_helper_gro_to_local(const struct sk_buff *skb);
-int rxe_rs_helper_gro_chain(struct sk_buff *p, struct sk_buff *skb);
-void rxe_rs_helper_gro_complete_chain(struct sk_buff *skb);
+				    int (*encap_rcv)(struct sock *sk, struct sk_buff *skb));
 void rxe_rs_helper_kfree_skb(struct sk_buff *skb);
 int rxe_rs_helper_skb_linearize(struct sk_buff *skb);
 int rxe_rs_helper_skb_prepare_rx(struct sk_buff *skb, unsigned int pull);

@@ -11,7 +11,6 @@ pub(crate) mod atomic64;
 mod bindings;
 pub(crate) mod crc;
 pub(crate) mod errno;
-mod gro;
 pub(crate) mod ib;
 pub(crate) mod kmem;
 pub(crate) mod link;

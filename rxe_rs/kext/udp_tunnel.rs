@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
-//! Kernel UDP sockets in encapsulation mode: every datagram for the port is handed to us, runs
-//! of one flow chained by GRO on the way ([`super::gro`]).
+//! Kernel UDP sockets in encapsulation mode: every datagram for the port is handed to us.
 
-use super::{bindings, gro, netns::NetNs, skb::SkBuff};
+use super::{bindings, netns::NetNs, skb::SkBuff};
 use core::{marker::PhantomData, ptr::NonNull};
 use kernel::{error::to_result, prelude::*};
 
@@ -29,16 +28,13 @@ impl<T: EncapReceiver> UdpTunnel<T> {
             bindings::rxe_rs_helper_udp_sock_create(net.as_raw(), ipv6, port.to_be(), &mut sock)
         })?;
         let sock = NonNull::new(sock).ok_or(EINVAL)?;
-        // SAFETY: `sock` was just created in `net` and is not yet receiving; the callbacks
-        // match their signatures (encap_rcv, gro_receive, gro_complete) and live as long as
-        // the module.
+        // SAFETY: `sock` was just created in `net` and is not yet receiving; `encap_recv`
+        // matches the encap_rcv signature and lives as long as the module.
         unsafe {
             bindings::rxe_rs_helper_setup_udp_tunnel(
                 net.as_raw(),
                 sock.as_ptr(),
                 Some(Self::encap_recv),
-                Some(gro::gro_receive),
-                Some(gro::gro_complete),
             )
         };
         Ok(Self {

@@ -14,7 +14,6 @@ pub mod completer;
 pub mod doorbell;
 pub mod flush;
 pub mod grh;
-pub mod gro;
 pub mod headers;
 pub mod icrc;
 pub mod mtu;
