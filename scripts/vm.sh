@@ -101,6 +101,8 @@ accel_flag() {
 # virtserialport is port 1 (port 0 is the console's), so 2 ports are enough, and the ports'
 # little traffic needs no notifier: a kick is handled in the vCPU thread. 8 eventfds remain.
 qemu_opts=" -global virtio-serial-pci.max_ports=2 -global virtio-serial-pci.ioeventfd=off"
+# RXE_RS_VM_RX_RING=N: N receive buffers per NIC instead of QEMU's 256 (power of 2, up to 1024),
+# for experiments: 1024 did not change the bench's ratios (performance.md, stop 52).
 for i in "${!nics[@]}"; do
 	IFS=, read -r mac lport rport <<<"${nics[$i]}"
 	qemu_opts+=" -netdev socket,id=rxenet$i,udp=127.0.0.1:$rport,localaddr=127.0.0.1:$lport"
