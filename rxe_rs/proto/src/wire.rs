@@ -292,6 +292,16 @@ mod tests {
         buf
     }
 
+    /// fd00::1 and fd00::2.
+    fn v6_pair() -> ([u8; 16], [u8; 16]) {
+        let mut s = [0u8; 16];
+        s[0] = 0xfd;
+        s[15] = 1;
+        let mut d = s;
+        d[15] = 2;
+        (s, d)
+    }
+
     /// 10.0.0.1 to 10.0.0.2, hop limit 64.
     fn v4_av() -> AddressVector {
         AddressVector {
@@ -391,11 +401,7 @@ mod tests {
 
     #[test]
     fn a_built_ipv6_nak_parses_back() {
-        let mut s = [0u8; 16];
-        s[0] = 0xfd;
-        s[15] = 1;
-        let mut d6 = s;
-        d6[15] = 2;
+        let (s, d6) = v6_pair();
         let av = AddressVector {
             sgid: s,
             dgid: d6,
@@ -501,11 +507,7 @@ mod tests {
 
     #[test]
     fn an_ipv6_datagram_past_65535_bytes_is_refused() {
-        let mut s = [0u8; 16];
-        s[0] = 0xfd;
-        s[15] = 1;
-        let mut d = s;
-        d[15] = 2;
+        let (s, d) = v6_pair();
         let av = AddressVector {
             sgid: s,
             dgid: d,
