@@ -1,8 +1,9 @@
 """Kernel CPU time while a benchmark moves data, as one guest of `make bench` sees it.
 
-Usage: cpu_sample.py NETDEV [SPLIT]   (runs until SIGTERM, then prints one number or "-")
+Usage: cpu_sample.py NETDEV|COUNTER [SPLIT]   (runs until SIGTERM, then prints one number or "-")
 Samples the guest's CPU time (/proc/stat) and the bytes its link moved (rx + tx of NETDEV)
-every 0.2 s. Kernel time is the elapsed time less idle, I/O wait, user and steal time: user
+every 0.2 s; or, given a file's path, the number it holds (an RDMA port's sent_pkts, for
+traffic between QPs of this guest, which no netdev counts). Kernel time is the elapsed time less idle, I/O wait, user and steal time: user
 time is left out because perftest busy-polls its CQ, which would make every busy guest look
 100% used, and the kernel's own system, irq and softirq counters are not used because they
 are sampled at the tick, which an idle CPU (NO_HZ) stops: a softirq that runs between two
@@ -84,15 +85,23 @@ def steady_split(steady):
     return " ".join(f"{k} {v:.2f}" for k, v in shares.items()) + f" lost {lost:.2f}"
 
 
-def sample(netdev):
-    return ticks() + (link_bytes(netdev),)
+def traffic(source):
+    """How much moved so far: the netdev's bytes, or the counter file's value."""
+    if source.startswith("/"):
+        with open(source) as f:
+            return int(f.read())
+    return link_bytes(source)
 
 
-def main(netdev, split_path):
-    samples = [sample(netdev)]
+def sample(source):
+    return ticks() + (traffic(source),)
+
+
+def main(source, split_path):
+    samples = [sample(source)]
     while not stop:
         time.sleep(INTERVAL_S)
-        samples.append(sample(netdev))
+        samples.append(sample(source))
     steady = steady_steps(samples)
     value = steady_kernel_share(steady)
     print("-" if value is None else f"{value:.3f}")

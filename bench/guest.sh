@@ -231,12 +231,25 @@ loopback_case() {
 	# What the case cost in packets, ACKs and doorbells (both ends are this guest's).
 	local counters=$PAIR_RESULTS/counters.$stack-$test-$size${QPS:+-q$QPS}-$(nproc)cpu-$PASS
 	port_counters >"$counters.before"
+	# Where the guest's CPUs went while packets moved (sent_pkts marks the steady part: no
+	# netdev counts packets between QPs of one host): whether the vCPUs had time to spare.
+	local sampler= split=$PAIR_RESULTS/cpu.$stack-$test-$size${QPS:+-q$QPS}-$(nproc)cpu-$PASS
+	if [[ $test != *_lat ]]; then
+		python3 "$RXE_RS_ROOT/bench/cpu_sample.py" "/sys/class/infiniband/$DEV/ports/1/hw_counters/sent_pkts" \
+			"$split.split" >"$split" &
+		sampler=$!
+	fi
 	PAIR_OUT=$(timeout 120 "${cmd[@]}" "$PAIR_MY_IP" 2>&1)
 	local rc=$?
 	reap "$server" 60
 	counter_deltas "$counters.before" <(port_counters) >"$counters"
 	rm -f "$counters.before"
 	echo "# loopback $stack $test $size${QPS:+ -q $QPS} counters: $(cat "$counters")"
+	if [[ -n $sampler ]]; then
+		kill -TERM "$sampler"
+		wait "$sampler"
+		echo "# loopback $stack $test $size${QPS:+ -q $QPS} cpu: kernel $(cat "$split") ($(cat "$split.split" 2>/dev/null || echo -)) of $(nproc)"
+	fi
 	((rc == 0)) || { echo "# loopback $stack $test: client exit $rc"; tail -3 <<<"$PAIR_OUT"; return 1; }
 	if [[ $test == rate ]]; then
 		record_rate "$stack" ib_write_bw "$size" "${QPS:-1}"
