@@ -41,13 +41,18 @@ use kernel::{
     workqueue::{impl_has_work, Queue, RawWorkItem, Work, WorkItem},
 };
 
-/// Packets a lane holds at most: more are dropped, as a full backlog drops them on the way
-/// through `lo` (`netdev_max_backlog`, 1000 by default, per CPU too); the sender's
-/// retransmission covers them.
-const MAX_QUEUED: u32 = 1000;
-/// Lanes' worth of packets a device's lanes hold at most together: a host with many CPUs
-/// does not hold a thousand packets of each device per CPU.
-const MAX_QUEUED_LANES: u32 = 4;
+/// Memory (the skbs' truesize) a lane holds at most: past it a packet is dropped, as a full
+/// backlog drops on the way through `lo`, and the sender's retransmission covers it. Counted
+/// in bytes, not packets: every packet queued here is one of this host's QPs', within its
+/// send window, and a full window is about 1.2 MiB of skbs at any path MTU (512 packets of
+/// 1 KiB or 128 of 4 KiB). 1000 packets (`netdev_max_backlog`'s default) held under two
+/// windows at 1 KiB: two streaming QPs on one lane overran it and each drop cost a go-back-N
+/// resend (1512 drops and 75 resends in a 3 s loopback stream of 4 QPs, 2 vCPUs). This holds
+/// six.
+const MAX_LANE_BYTES: u32 = 8 << 20;
+/// Lanes' worth of memory a device's lanes hold at most together: a host with many CPUs
+/// does not hold that much for each device per CPU.
+const MAX_LANES_FULL: u32 = 4;
 /// Packets one run of a lane's work takes before it lets other work go (it queues itself
 /// again).
 const BUDGET: usize = 64;
@@ -64,7 +69,7 @@ impl LocalDelivery {
         // SAFETY: reads a variable set at boot.
         let cpus = unsafe { bindings::rxe_rs_helper_nr_cpu_ids() };
         let mut lanes = KVec::with_capacity(cpus as usize, GFP_KERNEL)?;
-        let queued = Arc::new(QueuedCount(AtomicU32::new(0)), GFP_KERNEL)?;
+        let queued = Arc::new(QueuedBytes(AtomicU32::new(0)), GFP_KERNEL)?;
         for cpu in 0..cpus {
             lanes.push(Lane::new(receive, cpu, queued.clone())?, GFP_KERNEL)?;
         }
@@ -143,8 +148,21 @@ impl Drop for BottomHalvesOff {
     }
 }
 
-/// Packets queued in all of a device's lanes.
-struct QueuedCount(AtomicU32);
+/// The truesize of the skbs queued in all of a device's lanes.
+struct QueuedBytes(AtomicU32);
+
+/// Adds `truesize` to `held` unless it already holds `max` or more (so it passes `max` by
+/// at most one skb); whether it did.
+fn reserve(held: &AtomicU32, truesize: u32, max: u32) -> bool {
+    held.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+        if n < max {
+            n.checked_add(truesize)
+        } else {
+            None
+        }
+    })
+    .is_ok()
+}
 
 /// Which of a lane's works.
 const SOFTIRQ: u64 = 0;
@@ -159,8 +177,10 @@ struct Lane {
     receive: fn(SkBuff),
     /// Its number, the CPU its work runs on while that is online.
     index: u32,
+    /// The truesize of the skbs in `queue`.
+    bytes: AtomicU32,
     /// Shared by the device's lanes.
-    queued: Arc<QueuedCount>,
+    queued: Arc<QueuedBytes>,
     /// The task has the lane (a stream from elsewhere): senders and the softirq work leave
     /// it alone. Set before the task is queued, cleared by the task's last run once it
     /// receives no more: one work receives at a time (each of the two runs once at a time).
@@ -182,7 +202,7 @@ impl_has_work! {
 }
 
 impl Lane {
-    fn new(receive: fn(SkBuff), index: u32, queued: Arc<QueuedCount>) -> Result<Arc<Self>> {
+    fn new(receive: fn(SkBuff), index: u32, queued: Arc<QueuedBytes>) -> Result<Arc<Self>> {
         Arc::pin_init(
             pin_init!(Self {
                 // SAFETY: `q` points at the queue head, which the helper initialises.
@@ -191,6 +211,7 @@ impl Lane {
                 }),
                 receive,
                 index,
+                bytes: AtomicU32::new(0),
                 queued,
                 streaming: AtomicBool::new(false),
                 from_elsewhere: AtomicBool::new(false),
@@ -209,14 +230,14 @@ impl Lane {
     /// `skb` is a valid skb whose ownership passes to this call.
     unsafe fn deliver(self: &Arc<Self>, skb: NonNull<bindings::sk_buff>) -> Result {
         let queue = self.queue.get();
-        let room = self.len() < MAX_QUEUED
-            && self
-                .queued
-                .0
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                    (n < MAX_QUEUED * MAX_QUEUED_LANES).then_some(n + 1)
-                })
-                .is_ok();
+        // SAFETY: a valid skb (the caller's contract); nothing changes its truesize while we
+        // own it or it is queued.
+        let truesize = unsafe { (*skb.as_ptr()).truesize };
+        let room = reserve(&self.bytes, truesize, MAX_LANE_BYTES)
+            && (reserve(&self.queued.0, truesize, MAX_LANE_BYTES * MAX_LANES_FULL) || {
+                self.bytes.fetch_sub(truesize, Ordering::Relaxed);
+                false
+            });
         if !room {
             // SAFETY: the skb is ours (the caller's contract) and nobody else has it.
             drop(unsafe { SkBuff::from_raw(skb) });
@@ -315,7 +336,11 @@ impl Lane {
         // SAFETY: an initialised queue head; `skb_dequeue` takes the queue's lock and hands us
         // the skb it unlinks.
         let skb = NonNull::new(unsafe { bindings::skb_dequeue(self.queue.get()) })?;
-        self.queued.0.fetch_sub(1, Ordering::Relaxed);
+        // SAFETY: unlinked from the queue, the skb is ours alone, with the truesize it was
+        // queued with (`deliver`).
+        let truesize = unsafe { (*skb.as_ptr()).truesize };
+        self.bytes.fetch_sub(truesize, Ordering::Relaxed);
+        self.queued.0.fetch_sub(truesize, Ordering::Relaxed);
         // SAFETY: unlinked from the queue, the skb is ours alone.
         Some(unsafe { SkBuff::from_raw(skb) })
     }
