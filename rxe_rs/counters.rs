@@ -29,7 +29,8 @@ pub(crate) enum Counter {
     DuplicateRequest,
     /// Packets sent (requests, responses, ACKs and NAKs).
     SentPkts,
-    /// Packets that could not be sent (no route, no memory, the IP layer refused).
+    /// Packets that could not be sent (no route, no memory, the IP layer refused, a full lane
+    /// of local delivery).
     SendErr,
     /// RNR NAKs received by the requester.
     RcvdRnrNak,

@@ -43,12 +43,12 @@ use kernel::{
 
 /// Memory (the skbs' truesize) a lane holds at most: past it a packet is dropped, as a full
 /// backlog drops on the way through `lo`, and the sender's retransmission covers it. Counted
-/// in bytes, not packets: every packet queued here is one of this host's QPs', within its
-/// send window, and a full window is about 1.2 MiB of skbs at any path MTU (512 packets of
-/// 1 KiB or 128 of 4 KiB). 1000 packets (`netdev_max_backlog`'s default) held under two
-/// windows at 1 KiB: two streaming QPs on one lane overran it and each drop cost a go-back-N
-/// resend (1512 drops and 75 resends in a 3 s loopback stream of 4 QPs, 2 vCPUs). This holds
-/// six.
+/// in bytes, not packets: an RC QP's packets (READ responses included) stay within its send
+/// window, at most 1.1 MiB of skbs at any path MTU (512 packets of 1 KiB, 128 of 4 KiB), and
+/// this holds seven such windows; UC and UD, which have none, are bounded by this alone.
+/// 1000 packets (`netdev_max_backlog`'s default) held under two windows at 1 KiB: two
+/// streaming QPs on one lane overran it and each drop cost a go-back-N resend (1512 drops and
+/// 75 resends in a 3 s loopback stream of 4 QPs, 2 vCPUs).
 const MAX_LANE_BYTES: u32 = 8 << 20;
 /// Lanes' worth of memory a device's lanes hold at most together: a host with many CPUs
 /// does not hold that much for each device per CPU.
@@ -164,6 +164,13 @@ fn reserve(held: &AtomicU32, truesize: u32, max: u32) -> bool {
     .is_ok()
 }
 
+/// Takes `truesize` back from `held`.
+fn release(held: &AtomicU32, truesize: u32) {
+    let _ = held.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+        Some(n.saturating_sub(truesize))
+    });
+}
+
 /// Which of a lane's works.
 const SOFTIRQ: u64 = 0;
 const TASK: u64 = 1;
@@ -230,12 +237,13 @@ impl Lane {
     /// `skb` is a valid skb whose ownership passes to this call.
     unsafe fn deliver(self: &Arc<Self>, skb: NonNull<bindings::sk_buff>) -> Result {
         let queue = self.queue.get();
-        // SAFETY: a valid skb (the caller's contract); nothing changes its truesize while we
-        // own it or it is queued.
+        // Released by `dequeue` with the same value: nothing changes an skb's truesize while it
+        // is ours or queued.
+        // SAFETY: a valid skb (the caller's contract), ours to read.
         let truesize = unsafe { (*skb.as_ptr()).truesize };
         let room = reserve(&self.bytes, truesize, MAX_LANE_BYTES)
             && (reserve(&self.queued.0, truesize, MAX_LANE_BYTES * MAX_LANES_FULL) || {
-                self.bytes.fetch_sub(truesize, Ordering::Relaxed);
+                release(&self.bytes, truesize);
                 false
             });
         if !room {
@@ -336,11 +344,12 @@ impl Lane {
         // SAFETY: an initialised queue head; `skb_dequeue` takes the queue's lock and hands us
         // the skb it unlinks.
         let skb = NonNull::new(unsafe { bindings::skb_dequeue(self.queue.get()) })?;
-        // SAFETY: unlinked from the queue, the skb is ours alone, with the truesize it was
-        // queued with (`deliver`).
+        // SAFETY: unlinked from the queue, the skb is ours alone to read.
         let truesize = unsafe { (*skb.as_ptr()).truesize };
-        self.bytes.fetch_sub(truesize, Ordering::Relaxed);
-        self.queued.0.fetch_sub(truesize, Ordering::Relaxed);
+        // What `deliver` added. Saturating: were a size ever to change while queued, a count
+        // wrapped past zero would refuse every packet from then on.
+        release(&self.bytes, truesize);
+        release(&self.queued.0, truesize);
         // SAFETY: unlinked from the queue, the skb is ours alone.
         Some(unsafe { SkBuff::from_raw(skb) })
     }
