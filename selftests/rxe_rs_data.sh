@@ -46,6 +46,20 @@ lo_packets=$(($(lo_rx) - lo_before)) sent=$(($(counter sent_pkts) - sent_before)
 echo "# rdma_data.py: $sent RoCE packets sent, $lo_packets packets through lo"
 check "packets between QPs of this host skip lo (local delivery)" test $((lo_packets * 10)) -lt "$sent"
 
+# ib_write_bw ARGS... between QPs of this device over 10.11.0.1 (server and client here),
+# within TIMEOUT seconds: the client's output in PERFTEST_OUT, its exit status returned.
+loopback_write_bw() {
+	local timeout=$1 server rc
+	shift
+	local perftest=(ib_write_bw -d "$DEV" -x "$(gid_index "$DEV" "0000:0000:0000:0000:0000:ffff:0a0b:0001")" "$@")
+	"${perftest[@]}" >/tmp/loopback-server.out 2>&1 &
+	server=$!
+	wait_for 60 tcp_listening 18515 || echo "# the perftest server did not listen"
+	PERFTEST_OUT=$(timeout "$timeout" "${perftest[@]}" 10.11.0.1 2>&1)
+	rc=$?
+	reap "$server" 60
+	return $rc
+}
 # Local delivery spreads a host's QPs over its CPUs, each QP's packets in order on one: 8 QP
 # pairs of ib_write_bw between QPs of this device, whose packets the lanes' work items
 # (traced: workqueue_execute_start; one lane per CPU with a softirq work and a task, and 16
@@ -53,7 +67,7 @@ check "packets between QPs of this host skip lo (local delivery)" test $((lo_pac
 # guest, each work item on one CPU, with no PSN gap (a QP's packets overtaking each other)
 # and every WRITE completed.
 lanes_spread_qps() {
-	local t=/sys/kernel/tracing ev=events/workqueue/workqueue_execute_start server out cpus gaps
+	local t=/sys/kernel/tracing ev=events/workqueue/workqueue_execute_start out cpus gaps
 	[[ -e $t/trace ]] || mount -t tracefs nodev $t || return 1
 	gaps=$(counter rcvd_psn_gap)
 	echo 1 >"$t/$ev/enable"
@@ -62,14 +76,9 @@ lanes_spread_qps() {
 	# perftest 4.5 counts a whole interval for each QP's last WRITE, and over several QPs
 	# sharing its CQ that overcount can end its polling before another QP's last
 	# completions (it then spins forever), as soon as the QPs do not finish in lockstep.
-	local perftest=(ib_write_bw -d "$DEV" -x "$(gid_index "$DEV" "0000:0000:0000:0000:0000:ffff:0a0b:0001")"
-		-F -s 1024 -q 8 -t 16 -n 192)
-	"${perftest[@]}" >/tmp/lanes-server.out 2>&1 &
-	server=$!
-	wait_for 60 tcp_listening 18515 || echo "# the perftest server did not listen"
-	out=$(timeout 300 "${perftest[@]}" 10.11.0.1 2>&1)
+	loopback_write_bw 300 -F -s 1024 -q 8 -t 16 -n 192
 	local rc=$?
-	reap "$server" 60
+	out=$PERFTEST_OUT
 	echo 0 >"$t/$ev/enable"
 	# Each run of a lane's work item: "CPU work-struct" (the CPU from the per-CPU buffers, not
 	# parsed out of a line whose task name may hold spaces).
@@ -98,16 +107,10 @@ lanes_spread_qps() {
 # past a gap. Lanes of 1000 packets dropped 151-341 packets of the first 4- and 8-QP streams
 # in a debug guest (not every stream), each drop a go-back-N resend of what followed it.
 lanes_hold_full_windows() {
-	local drops gaps server out rc
+	local drops gaps out rc
 	drops=$(counter send_err) gaps=$(counter rcvd_psn_gap)
-	local perftest=(ib_write_bw -d "$DEV" -x "$(gid_index "$DEV" "0000:0000:0000:0000:0000:ffff:0a0b:0001")"
-		-F -s 65536 -q 8 -t 16 -n 64)
-	"${perftest[@]}" >/tmp/windows-server.out 2>&1 &
-	server=$!
-	wait_for 60 tcp_listening 18515 || echo "# the perftest server did not listen"
-	out=$(timeout 600 "${perftest[@]}" 10.11.0.1 2>&1)
-	rc=$?
-	reap "$server" 60
+	loopback_write_bw 600 -F -s 65536 -q 8 -t 16 -n 64
+	rc=$? out=$PERFTEST_OUT
 	drops=$(($(counter send_err) - drops)) gaps=$(($(counter rcvd_psn_gap) - gaps))
 	echo "# ib_write_bw -q 8 -s 65536: exit $rc, packets dropped $drops, PSN gaps $gaps"
 	((rc == 0)) || { tail -3 <<<"$out"; return 1; }
