@@ -3,7 +3,8 @@
 Usage: cpu_sample.py NETDEV|COUNTER [SPLIT]   (runs until SIGTERM, then prints one number or "-")
 Samples the guest's CPU time (/proc/stat) and the bytes its link moved (rx + tx of NETDEV)
 every 0.2 s; or, given a file's path, the number it holds (an RDMA port's sent_pkts, for
-traffic between QPs of this guest, which no netdev counts). Kernel time is the elapsed time less idle, I/O wait, user and steal time: user
+traffic between QPs of this guest, which no netdev counts). Kernel time is the elapsed time
+less idle, I/O wait, user and steal time: user
 time is left out because perftest busy-polls its CQ, which would make every busy guest look
 100% used, and the kernel's own system, irq and softirq counters are not used because they
 are sampled at the tick, which an idle CPU (NO_HZ) stops: a softirq that runs between two
