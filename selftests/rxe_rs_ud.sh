@@ -5,12 +5,13 @@
 # its GRH with the completion's length, source QP and flags; what must be dropped (a wrong
 # Q_Key, no receive or one too small) is dropped and counted; a send longer than the MTU
 # completes unsent; an AH of another PD fails the WQE; a reply through ibv_create_ah_from_wc;
-# the ibv_wr_* API; a controlled Q_Key refused; ibv_devinfo's max_ah.
+# the ibv_wr_* API; a batch of 1000 SENDs in one post, all sent and received; a controlled
+# Q_Key refused; ibv_devinfo's max_ah.
 source "$(dirname "$0")/guest/lib.sh"
 DEV=rxers0
 
 checks=(ud_ipv4_sizes ud_ipv6_sizes ud_wrong_qkey_dropped ud_qkey_from_qp ud_no_or_small_receive_dropped
-	ud_longer_than_mtu ud_ah_of_another_pd ud_reply_from_wc ud_wr_api ud_query_qp)
+	ud_longer_than_mtu ud_ah_of_another_pd ud_reply_from_wc ud_wr_api ud_batch_of_1000 ud_query_qp)
 ktap_print_header
 ktap_set_plan $((${#checks[@]} + 3))
 reset_or_bail

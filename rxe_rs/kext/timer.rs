@@ -5,27 +5,37 @@
 use super::bindings;
 use core::{
     marker::PhantomData,
+    mem::ManuallyDrop,
     sync::atomic::{AtomicPtr, Ordering},
 };
-use kernel::{prelude::*, types::Opaque};
+use kernel::{prelude::*, sync::Arc, types::Opaque};
 
 /// An owner of a [`Timer`]: says where its timer is and what expiry does.
-pub(crate) trait TimerOwner: Sync + Sized {
+pub(crate) trait TimerOwner: Sync + Send + Sized {
     /// The owner's timer.
     fn timer(&self) -> &Timer<Self>;
-    /// The timer expired (softirq context).
-    fn expired(&self);
+    /// The timer expired (softirq context); `this` is the owner, in its `Arc`.
+    fn expired(this: &Arc<Self>);
 }
 
-/// A timer inside a pinned `T`. The owner must call [`Timer::shutdown`] before it starts to
-/// drop its other fields (drop also shuts down, as a last resort).
+/// A timer inside a `T` that lives in an [`Arc`]. From its first arming the timer holds a
+/// reference to its owner, which [`Timer::shutdown`] releases: the owner calls it before it
+/// expects to be freed (an owner that never does is leaked, never freed under a running
+/// callback). Drop also shuts down, as a last resort.
 #[pin_data(PinnedDrop)]
 pub(crate) struct Timer<T: TimerOwner> {
     #[pin]
     raw: Opaque<bindings::timer_list>,
-    /// The owner, recorded by the first `arm` (a pinned owner never moves).
+    /// Null until the first `arm`; then the reference it holds (`Arc::into_raw`); [`dead`]
+    /// once shut down.
     owner: AtomicPtr<T>,
     _owner: PhantomData<T>,
+}
+
+/// The `owner` of a timer shut down: never dereferenced, never null, never an `Arc`'s (the
+/// dangling address is the alignment of `T`, where no allocation is).
+fn dead<T>() -> *mut T {
+    core::ptr::NonNull::dangling().as_ptr()
 }
 
 impl<T: TimerOwner> Timer<T> {
@@ -40,12 +50,26 @@ impl<T: TimerOwner> Timer<T> {
     }
 
     /// (Re)arms `owner`'s timer to expire in `ns` nanoseconds. No-op after `shutdown`.
-    pub(crate) fn arm(owner: &T, ns: u64) {
+    pub(crate) fn arm(owner: &Arc<T>, ns: u64) {
         let timer = owner.timer();
-        timer
-            .owner
-            .store(owner as *const T as *mut T, Ordering::Release);
-        // SAFETY: an initialised timer; plain function calls.
+        if timer.owner.load(Ordering::Acquire).is_null() {
+            let raw = Arc::into_raw(owner.clone()).cast_mut();
+            if timer
+                .owner
+                .compare_exchange(
+                    core::ptr::null_mut(),
+                    raw,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_err()
+            {
+                // Another arm stored one first, or the timer was shut down.
+                // SAFETY: `raw` came from `into_raw` just above and went nowhere else.
+                drop(unsafe { Arc::from_raw(raw) });
+            }
+        }
+        // SAFETY: an initialised timer; plain function calls (a no-op once shut down).
         unsafe {
             let expires = bindings::rxe_rs_helper_jiffies()
                 .wrapping_add(bindings::nsecs_to_jiffies(ns).max(1));
@@ -59,10 +83,18 @@ impl<T: TimerOwner> Timer<T> {
         unsafe { bindings::timer_delete(self.raw.get()) };
     }
 
-    /// Disarms it for good and waits for a running callback. Process context only.
+    /// Disarms it for good, waits for a running callback, and releases the reference to the
+    /// owner it held. Process context only.
     pub(crate) fn shutdown(&self) {
+        let held = self.owner.swap(dead(), Ordering::AcqRel);
         // SAFETY: an initialised timer; the caller may sleep.
         unsafe { bindings::timer_shutdown_sync(self.raw.get()) };
+        if !held.is_null() && held != dead() {
+            // SAFETY: `arm` stored it from `into_raw`; the swap above took it out for us
+            // alone, and no callback uses it any more (`timer_shutdown_sync` waited for the
+            // last, and the timer cannot be armed again).
+            drop(unsafe { Arc::from_raw(held) });
+        }
     }
 
     /// `run` callback.
@@ -75,11 +107,14 @@ impl<T: TimerOwner> Timer<T> {
         // SAFETY: `raw` is the `raw` field of a `Timer<T>` (only `new` registers this callback).
         let timer = unsafe { &*kernel::container_of!(raw, Self, raw) };
         let owner = timer.owner.load(Ordering::Acquire);
-        // SAFETY: `arm` recorded the pinned owner holding this timer; it is alive because the
-        // owner shuts the timer down (waiting for this callback) before it is freed.
-        if let Some(owner) = unsafe { owner.as_ref() } {
-            owner.expired();
+        if owner.is_null() || owner == dead() {
+            return;
         }
+        // SAFETY: `arm` stored it from `into_raw`; the reference it stands for is released
+        // only by `shutdown`, after `timer_shutdown_sync` waited for this callback. The
+        // `ManuallyDrop` borrows that reference without releasing it.
+        let owner = ManuallyDrop::new(unsafe { Arc::from_raw(owner) });
+        T::expired(&owner);
     }
 }
 
@@ -90,7 +125,8 @@ impl<T: TimerOwner> PinnedDrop for Timer<T> {
     }
 }
 
-// SAFETY: the timer core serialises access to `timer_list`; `owner` is atomic.
+// SAFETY: the timer core serialises access to `timer_list`; `owner` is atomic, and the `Arc` it
+// stands for may be released on any CPU (`T: Send + Sync`).
 unsafe impl<T: TimerOwner> Send for Timer<T> {}
 // SAFETY: as above.
 unsafe impl<T: TimerOwner> Sync for Timer<T> {}

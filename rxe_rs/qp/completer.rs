@@ -110,7 +110,7 @@ pub(crate) fn retire_sent(qp: &QpInner, req: &mut Requester) {
 }
 
 /// Arms the retransmission timer if packets are outstanding (and `timeout` is not infinite).
-pub(crate) fn arm_retransmit(qp: &QpInner, s: &mut QpLocked) {
+pub(crate) fn arm_retransmit(qp: &Arc<QpInner>, s: &mut QpLocked) {
     if s.req.outstanding() {
         if let Some(ns) = s.req.window.ack_timeout_ns(s.attrs.timeout) {
             s.comp.timer_armed = true;
@@ -129,7 +129,7 @@ pub(crate) fn handle_response(qp: &Arc<QpInner>, d: &Datagram<'_>) -> Counter {
     counter
 }
 
-fn handle_response_locked(qp: &QpInner, s: &mut QpLocked, d: &Datagram<'_>) -> Counter {
+fn handle_response_locked(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) -> Counter {
     if s.attrs.state != QpState::Rts && s.attrs.state != QpState::Sqd {
         return Counter::RcvdQpNotReady;
     }
@@ -197,7 +197,12 @@ fn remote_status(e: RemoteError) -> WcStatus {
 }
 
 /// An ACK or NAK.
-fn ack(qp: &QpInner, s: &mut QpLocked, aeth: Aeth, psn: Psn) -> core::result::Result<(), Counter> {
+fn ack(
+    qp: &Arc<QpInner>,
+    s: &mut QpLocked,
+    aeth: Aeth,
+    psn: Psn,
+) -> core::result::Result<(), Counter> {
     let AckOutcome { completed, then } = on_aeth(s.req.q.in_flight_spans(), aeth.syndrome, psn);
     for _ in 0..completed {
         retire(qp, &mut s.req, WcStatus::Success);
@@ -377,13 +382,13 @@ fn ask_again(qp: &QpInner, req: &mut Requester, from: Psn) {
 }
 
 /// The retransmission or RNR timer expired (softirq).
-pub(crate) fn timer_expired(qp: &QpInner) {
+pub(crate) fn timer_expired(qp: &Arc<QpInner>) {
     let mut s = qp.state.lock();
     timer_expired_locked(qp, &mut s);
     qp.settle(&mut s);
 }
 
-fn timer_expired_locked(qp: &QpInner, s: &mut QpLocked) {
+fn timer_expired_locked(qp: &Arc<QpInner>, s: &mut QpLocked) {
     if !s.comp.timer_armed || (s.attrs.state != QpState::Rts && s.attrs.state != QpState::Sqd) {
         return;
     }
@@ -405,7 +410,6 @@ fn timer_expired_locked(qp: &QpInner, s: &mut QpLocked) {
         // Resend from the oldest unacknowledged packet.
         s.req.q.on_timeout();
     }
-    // (What the budget leaves goes from the run the next ACK starts: what this one sends asks
-    // for one.)
+    // (What the budget leaves goes from the doorbell work item.)
     qp.run_requester(s, PACKETS_PER_SOFTIRQ_RUN);
 }

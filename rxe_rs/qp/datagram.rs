@@ -41,76 +41,101 @@ fn port_mtu(qp: &QpInner) -> IbMtu {
     IbMtu::for_netdev_mtu(qp.res().ndev.mtu())
 }
 
-/// Fetches what the process posted and sends it (each WQE completes as it goes out). Returns
-/// how it ended.
-pub(crate) fn send(qp: &QpInner, s: &mut QpLocked) -> RunEnd {
+/// Fetches what the process posted up to `producer` and sends it, at most `budget` datagrams
+/// (each WQE completes as it goes out): a batch larger than the kernel's copies is fetched
+/// again as those complete, and what the budget leaves goes on from the doorbell work item.
+/// Returns how it ended.
+pub(crate) fn send(qp: &QpInner, s: &mut QpLocked, producer: u32, budget: &mut u32) -> RunEnd {
     let mtu = port_mtu(qp);
-    if let Err(end) = requester::fetch_posted(qp, &mut s.req, mtu) {
-        return end;
-    }
     // The route of the last address handle used: a burst to one peer looks it up once.
     let mut route: Option<(u32, AddressVector, Option<Transmitter<'_>>)> = None;
-    while s.req.q.cur != s.req.q.fetched {
-        let index = s.req.q.cur;
-        if index == s.req.q.started_end && s.attrs.state == QpState::Sqd {
-            break; // SQD: no new message starts
+    loop {
+        if let Err(end) = requester::fetch_posted(qp, &mut s.req, mtu, producer) {
+            return end;
         }
-        let w = *s.req.q.work(index);
-        let wqe = *s.req.wqe(index);
-        if w.len > mtu.bytes() {
-            // Not sent, yet completed successfully, as IBA C10-93.1.1 allows and rdma_rxe does.
-            qp.count(Counter::SentUdTooLong);
-        } else {
-            let Some(ah) = qp.res().lookup_ah(wqe.ah_num, qp.pd) else {
-                return RunEnd::Failed(index, WcStatus::LocQpOpErr);
-            };
-            if !matches!(&route, Some((num, av, _)) if *num == wqe.ah_num && *av == ah.av) {
-                route = Some((wqe.ah_num, ah.av, Transmitter::new(qp.res(), &ah.av)));
+        if s.req.q.cur == s.req.q.fetched {
+            return RunEnd::Idle;
+        }
+        while s.req.q.cur != s.req.q.fetched {
+            let index = s.req.q.cur;
+            if index == s.req.q.started_end && s.attrs.state == QpState::Sqd {
+                return RunEnd::Idle; // SQD: no new message starts
             }
-            // No route (counted): lost, as a datagram may be.
-            if let Some((_, av, Some(tx))) = &mut route {
-                let qkey = if wqe.remote_qkey & QKEY_FROM_QP != 0 {
-                    s.attrs.qkey
-                } else {
-                    wqe.remote_qkey
-                };
-                let imm = wqe.opcode == send_opcode::SEND_WITH_IMM;
-                let opcode = if imm {
-                    Opcode::UD_SEND_ONLY_IMM
-                } else {
-                    Opcode::UD_SEND_ONLY
-                };
-                let frame = Frame {
-                    av: *av,
-                    sport: qp.sport,
-                    bth: Bth::ud(
-                        opcode.0,
-                        wqe.remote_qpn & PSN_MASK,
-                        w.first_psn,
-                        wqe.flags & send_flags::SOLICITED != 0,
-                    ),
-                    deth: Some(Deth {
-                        qkey,
-                        src_qp: qp.qpn,
-                    }),
-                    reth: None,
-                    atomic_eth: None,
-                    aeth: None,
-                    atomic_ack: None,
-                    immdt: imm.then_some(wqe.imm_data.to_ne_bytes()),
-                    payload_len: w.len,
-                };
-                let req = &s.req;
-                match tx.send(&frame, |out| requester::gather(qp, req, index, 0, out)) {
-                    Ok(()) | Err(TxError::Dropped) => {}
-                    Err(TxError::Payload(status)) => return RunEnd::Failed(index, status),
-                }
+            if *budget == 0 {
+                s.req.yielded = true;
+                return RunEnd::Idle;
+            }
+            *budget -= 1;
+            if let Err(end) = send_one(qp, s, index, mtu, &mut route) {
+                return end;
             }
         }
-        s.req.q.record_sent(index, w.npkts);
-        completer::retire(qp, &mut s.req, WcStatus::Success);
     }
-    RunEnd::Idle
+}
+
+/// Sends the WQE at `index` (fetched) and completes it.
+fn send_one<'a>(
+    qp: &'a QpInner,
+    s: &mut QpLocked,
+    index: u32,
+    mtu: IbMtu,
+    route: &mut Option<(u32, AddressVector, Option<Transmitter<'a>>)>,
+) -> Result<(), RunEnd> {
+    let w = *s.req.q.work(index);
+    let wqe = *s.req.wqe(index);
+    if w.len > mtu.bytes() {
+        // Not sent, yet completed successfully, as IBA C10-93.1.1 allows and rdma_rxe does.
+        qp.count(Counter::SentUdTooLong);
+    } else {
+        let Some(ah) = qp.res().lookup_ah(wqe.ah_num, qp.pd) else {
+            return Err(RunEnd::Failed(index, WcStatus::LocQpOpErr));
+        };
+        if !matches!(&route, Some((num, av, _)) if *num == wqe.ah_num && *av == ah.av) {
+            *route = Some((wqe.ah_num, ah.av, Transmitter::new(qp.res(), &ah.av)));
+        }
+        // No route (counted): lost, as a datagram may be.
+        if let Some((_, av, Some(tx))) = route {
+            let qkey = if wqe.remote_qkey & QKEY_FROM_QP != 0 {
+                s.attrs.qkey
+            } else {
+                wqe.remote_qkey
+            };
+            let imm = wqe.opcode == send_opcode::SEND_WITH_IMM;
+            let opcode = if imm {
+                Opcode::UD_SEND_ONLY_IMM
+            } else {
+                Opcode::UD_SEND_ONLY
+            };
+            let frame = Frame {
+                av: *av,
+                sport: qp.sport,
+                bth: Bth::ud(
+                    opcode.0,
+                    wqe.remote_qpn & PSN_MASK,
+                    w.first_psn,
+                    wqe.flags & send_flags::SOLICITED != 0,
+                ),
+                deth: Some(Deth {
+                    qkey,
+                    src_qp: qp.qpn,
+                }),
+                reth: None,
+                atomic_eth: None,
+                aeth: None,
+                atomic_ack: None,
+                immdt: imm.then_some(wqe.imm_data.to_ne_bytes()),
+                payload_len: w.len,
+            };
+            let req = &s.req;
+            match tx.send(&frame, |out| requester::gather(qp, req, index, 0, out)) {
+                Ok(()) | Err(TxError::Dropped) => {}
+                Err(TxError::Payload(status)) => return Err(RunEnd::Failed(index, status)),
+            }
+        }
+    }
+    s.req.q.record_sent(index, w.npkts);
+    completer::retire(qp, &mut s.req, WcStatus::Success);
+    Ok(())
 }
 
 /// Takes one datagram for `qp`, in softirq; returns the counter it moves.

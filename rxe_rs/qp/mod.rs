@@ -556,7 +556,7 @@ impl QpInner {
     }
 
     /// (Re)arms the timer to expire in `ns`.
-    pub(crate) fn arm_timer(&self, ns: u64) {
+    pub(crate) fn arm_timer(self: &Arc<Self>, ns: u64) {
         Timer::arm(self, ns);
     }
 
@@ -618,14 +618,25 @@ impl QpInner {
         }
     }
 
-    /// Runs the requester, sending at most `budget` packets (RC and UC), and acts on how it
-    /// ended.
-    pub(crate) fn run_requester(&self, s: &mut QpLocked, budget: u32) {
+    /// Runs the requester, which sends at most `budget` packets or executes that many local
+    /// operations, and acts on how it ended. What the budget leaves goes on from the doorbell
+    /// work item, never in this call: run from the receive softirq or the timer, another pass
+    /// in place would hold that CPU for as long as a process keeps posting.
+    pub(crate) fn run_requester(self: &Arc<Self>, s: &mut QpLocked, budget: u32) {
+        self.drive_requester(s, budget);
+        self.resume_later(s);
+    }
+
+    /// The passes of [`Self::run_requester`]. Each takes what was posted up to the producer
+    /// index read when the run began (once more at most, see `update_sq_polled`): a process
+    /// that keeps moving it cannot keep the run going.
+    fn drive_requester(self: &Arc<Self>, s: &mut QpLocked, budget: u32) {
         let mut budget = budget;
+        let mut producer = self.sq.load(RingIndex::Producer);
         loop {
             let end = match self.qp_type {
-                QpType::Rc | QpType::Uc => requester::run(self, s, &mut budget),
-                QpType::Ud | QpType::Gsi => datagram::send(self, s),
+                QpType::Rc | QpType::Uc => requester::run(self, s, producer, &mut budget),
+                QpType::Ud | QpType::Gsi => datagram::send(self, s, producer, &mut budget),
             };
             if self.qp_type == QpType::Uc {
                 // Nothing acknowledges UC: what went out whole completes now, before a failure
@@ -641,16 +652,15 @@ impl QpInner {
                 // More was posted than the kernel took copies of (the run ended under its
                 // budget on local operations): the work item goes on, as nothing else would.
                 // Not in SQD, where nothing new may start.
-                if s.attrs.state == QpState::Rts
-                    && self.sq.load(RingIndex::Producer) != s.req.q.fetched
-                {
+                if s.attrs.state == QpState::Rts && producer != s.req.q.fetched {
                     s.req.yielded = true;
                 }
                 self.check_drained(s);
                 return;
             }
             // Local operations the run executed at the head of the SQ complete now; an
-            // invalidation waiting for them may go next.
+            // invalidation waiting for them may go next. Bounded: each pass retires at least
+            // one WQE of those posted up to `producer`, and executes others from the budget.
             if s.req.q.oldest_is_done_local() {
                 completer::retire_done_locals(self, &mut s.req);
                 continue;
@@ -665,6 +675,7 @@ impl QpInner {
             if !self.update_sq_polled(s) {
                 return;
             }
+            producer = self.sq.load(RingIndex::Producer);
         }
     }
 
@@ -943,7 +954,7 @@ impl TimerOwner for QpInner {
         &self.timer
     }
 
-    fn expired(&self) {
-        completer::timer_expired(self);
+    fn expired(this: &Arc<Self>) {
+        completer::timer_expired(this);
     }
 }

@@ -34,8 +34,8 @@ const _: () = assert!(MAX_READ_REQUESTS == limits::MAX_RD_ATOMIC as usize);
 /// the whole ring, so a QP's kernel memory does not grow with `max_send_wr`. More are fetched
 /// as these complete.
 const MAX_FETCHED: u32 = 256;
-/// Packets sent per run from process context (the doorbell, its work item, `modify_qp`): the
-/// rest goes from the doorbell work item (`Requester::yielded`), or for RC from the run the
+/// Packets sent (or local operations executed) per run from process context (the doorbell,
+/// its work item, `modify_qp`): the rest goes from the doorbell work item (`Requester::yielded`), or for RC from the run the
 /// next ACK starts, so that a long message or a wide window never holds the QP's lock (BH
 /// off), and the CPU, for long, nor floods the local delivery queue.
 pub(crate) const PACKETS_PER_RUN: u32 = 128;
@@ -449,10 +449,15 @@ pub(super) fn gather(
     sgl::gather(qp.res(), qp.pd, req.sges_of(index), u64::from(offset), out)
 }
 
-/// Copies what the process posted into the kernel, each WQE checked and numbered at `mtu`.
-pub(crate) fn fetch_posted(qp: &QpInner, req: &mut Requester, mtu: IbMtu) -> Result<(), RunEnd> {
-    let producer = qp.sq.load(RingIndex::Producer);
-    // Read once: the process may move it while we work, and the loop must not follow.
+/// Copies what the process posted, up to `producer` (the SQ's producer index as the run read
+/// it, once: the process may move it while we work, and the run must not follow), into the
+/// kernel, each WQE checked and numbered at `mtu`, as many as there are free copies.
+pub(crate) fn fetch_posted(
+    qp: &QpInner,
+    req: &mut Requester,
+    mtu: IbMtu,
+    producer: u32,
+) -> Result<(), RunEnd> {
     let Some(new) = qp
         .sq
         .geometry()
@@ -479,11 +484,11 @@ pub(crate) enum RunEnd {
     BrokenRing,
 }
 
-/// Fetches newly posted WQEs and sends what the window allows, at most `budget` packets (it
-/// takes off what it sends). Returns how it ended.
-pub(crate) fn run(qp: &QpInner, s: &mut QpLocked, budget: &mut u32) -> RunEnd {
+/// Fetches the WQEs posted up to `producer` and sends what the window allows: at most
+/// `budget` packets and local operations (it takes off what it spends). Returns how it ended.
+pub(crate) fn run(qp: &QpInner, s: &mut QpLocked, producer: u32, budget: &mut u32) -> RunEnd {
     let mtu = s.attrs.path_mtu;
-    if let Err(end) = fetch_posted(qp, &mut s.req, mtu) {
+    if let Err(end) = fetch_posted(qp, &mut s.req, mtu, producer) {
         return end;
     }
     if s.comp.rnr_wait {
@@ -512,6 +517,13 @@ pub(crate) fn run(qp: &QpInner, s: &mut QpLocked, budget: &mut u32) -> RunEnd {
                 if wqe.opcode == send_opcode::LOCAL_INV && index != s.req.q.consumer {
                     break;
                 }
+                // Charged as a packet: a ring of unbinds chased by a moving producer index
+                // must not keep the run (and the CPU, BH off) going.
+                if *budget == 0 {
+                    s.req.yielded = true;
+                    break;
+                }
+                *budget -= 1;
                 if let Err(status) = execute_local(qp, &wqe) {
                     return RunEnd::Failed(index, status);
                 }

@@ -11,9 +11,11 @@ import errno
 import mmap
 import os
 import signal
+import struct
 import sys
 import time
 
+from pyverbs.mr import MW, MWBind, MWBindInfo
 from pyverbs.pyverbs_error import PyverbsRDMAError
 from pyverbs.qp import QPAttr
 from pyverbs.wr import RecvWR, SGE, SendWR
@@ -21,7 +23,7 @@ import pyverbs.enums as e
 
 from rdma_data import Failed, Side, connected, expect, expect_status, pair, pattern, run_checks, wait_event
 from verbs import ipv4_gid_index
-from ring_scribble import CONSUMER, PRODUCER, others_still_work, post_in_sqd, qp_state, scribble_pair, u32, uverbs_maps
+from ring_scribble import CONSUMER, PRODUCER, SLOT0, others_still_work, post_in_sqd, qp_state, scribble_pair, u32, uverbs_maps
 
 TOP = (1 << 64) - 1
 PR_SET_PDEATHSIG = 1
@@ -436,6 +438,111 @@ def producers_chased_during_flush(ctx):
     others_still_work(ctx)
 
 
+# The send WQE layout of uapi/src/wqe.rs: a BIND_MW carries the window's current R_Key where a
+# SEND WITH INVALIDATE carries the key to invalidate, and its new R_Key where RDMA carries rkey.
+BIND_MW_RKEY, BIND_NEW_RKEY = 28, 40
+
+
+def local_ops_under_producer_chase(ctx):
+    """A child process (sharing the mapped SQ, 512 slots) fills every slot with a type-1 unbind
+    that leaves the window's key as it is (so each may run again) and keeps the SQ's producer
+    index 500 past its consumer, while the parent moves the QP from SQD back to RTS, which runs
+    the requester. A run executes at most its budget of them (128) and takes nothing posted
+    after it read the producer; the doorbell work item goes on, reading it anew each run:
+    modify_qp returns at once and the chase's unbinds keep being executed (and completed: the
+    QP signals all) past the first window (before, the run read the producer again after each
+    pass and executed the chased unbinds for ever under the QP's lock, BH off: a soft lockup,
+    which panics the debug guest). Once the chase stops, a WRITE's doorbell drains the rest:
+    every completion a success, the WRITE posted in SQD first, the new one last and landed."""
+    slots, ahead = 512, 500
+    a, b = scribble_pair(ctx, send_wr=slots)
+    mr = a.mr(4096, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_MW_BIND)
+    mw = MW(a.pd, e.IBV_MW_TYPE_1)
+    try:
+        for wr_id in (0x51, 0x52):
+            a.qp.bind_mw(mw, MWBind(MWBindInfo(mr, mr.buf, 0, 0), e.IBV_SEND_SIGNALED, wr_id=wr_id))
+            wc = a.completion(f"unbind {wr_id:#x}")
+            expect_status(wc, e.IBV_WC_SUCCESS, f"unbind {wr_id:#x}")
+        sq = a.rings.sq
+        stride = next((off for off in range(64, 4096, 64)
+                       if ctypes.c_uint64.from_address(sq + SLOT0 + off).value == 0x52), None)
+        expect(stride, "cannot find the second WQE in the SQ")
+        unbind = bytearray(ctypes.string_at(sq + SLOT0 + stride, stride))
+        struct.pack_into("<Q", unbind, 0, 0x5C)                # wr_id
+        struct.pack_into("<I", unbind, BIND_MW_RKEY, mw.rkey)
+        struct.pack_into("<I", unbind, BIND_NEW_RKEY, mw.rkey)
+        crafted = bytes(unbind) * slots
+        write_src = post_in_sqd(ctx, a, b.probe, pattern(64, 5), wr_id=0x53)
+        consumer_before = u32(sq + CONSUMER).value
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(r)
+                ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+                producer, consumer = u32(sq + PRODUCER), u32(sq + CONSUMER)
+                # Every slot, the WRITE's too (the kernel has its copy): they stay as written.
+                ctypes.memmove(sq + SLOT0, crafted, len(crafted))
+                posted = (consumer.value + ahead) & 0xFFFFFFFF
+                producer.value = posted
+                os.write(w, b"x")
+                deadline = time.time() + 60
+                while time.time() < deadline:
+                    for _ in range(1000):
+                        # Only forward: a producer index moved back below what the kernel took
+                        # is a broken ring (QP_FATAL), as a consumer read late would make it.
+                        want = (consumer.value + ahead) & 0xFFFFFFFF
+                        if 0 < (want - posted) & 0xFFFFFFFF < 0x80000000:
+                            posted = want
+                            producer.value = posted
+            finally:
+                os._exit(0)
+        os.close(w)
+        completions = []
+
+        def poll_for(seconds, until=lambda: False):
+            deadline = time.time() + seconds
+            while time.time() < deadline and not until():
+                n, wcs = a.cq.poll(64)
+                completions.extend((wc.wr_id, wc.status) for wc in wcs[:n])
+                if not n:
+                    time.sleep(0.01)
+        try:
+            expect(os.read(r, 1) == b"x", "the child did not start")
+            start = time.time()
+            a.qp.modify(QPAttr(qp_state=e.IBV_QPS_RTS), e.IBV_QP_STATE)
+            elapsed = time.time() - start
+            poll_for(3)     # the work item executes the chase's unbinds meanwhile
+            chased = (u32(sq + CONSUMER).value - consumer_before) & 0xFFFFFFFF
+            chasing = os.waitpid(pid, os.WNOHANG) == (0, 0)
+        finally:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        expect(chasing, "the chasing child died before the end")
+        # What the child posted after the last run that used up its budget waits for a
+        # doorbell, as any post does: this WRITE's.
+        _src = a.start_data(e.IBV_WR_RDMA_WRITE, pattern(64, 6), b.probe, wr_id=0x54)
+        drained = lambda: u32(sq + CONSUMER).value == u32(sq + PRODUCER).value
+        poll_for(60, lambda: drained() and completions and completions[-1][0] == 0x54)
+        poll_for(1)
+        failed = [(wr_id, status) for wr_id, status in completions if status != e.IBV_WC_SUCCESS]
+        print(f"SQD -> RTS under the chase returned in {elapsed:.2f} s; {chased} WQEs executed in 3 s; "
+              f"{len(completions)} completions in all")
+        expect(elapsed < 10, f"modify_qp to RTS took {elapsed:.1f} s under the chase")
+        expect(chased > ahead, f"only {chased} WQEs executed under the chase: the work item did not follow it")
+        expect(drained(), f"the SQ did not drain after the chase: {a.driver_state()}")
+        expect(qp_state(a) == e.IBV_QPS_RTS, f"the QP is in state {qp_state(a)}, want RTS")
+        expect(not failed, f"failed completions (wr_id, status): {failed[:4]}")
+        expect(completions and completions[0][0] == 0x53, "the WRITE posted in SQD did not complete first")
+        expect(completions[-1][0] == 0x54, "the WRITE after the chase did not complete last")
+        expect(len(completions) == (u32(sq + CONSUMER).value - consumer_before) & 0xFFFFFFFF,
+               f"{len(completions)} completions for the WQEs executed")
+        expect(b.probe.read(64, 0) == pattern(64, 6), "the WRITE after the chase did not land")
+        del write_src
+    finally:
+        mw.close()
+    others_still_work(ctx)
+
 def user_wr_lists_refused(ctx):
     """A process that builds a WR list itself and hands it to uverbs (ibv_cmd_post_send /
     ibv_cmd_post_recv, bypassing the provider, which only rings empty doorbells) is refused with
@@ -488,7 +595,7 @@ CHECKS = {f.__name__: f for f in [user_wr_lists_refused, read_remote_addr_wraps,
                                    recv_after_error_is_flushed, qp_numbers_not_sequential, mr_churn,
                                    mmap_wrong_offsets_and_after_destroy, fork_with_mapped_rings,
                                    dereg_mr_under_remote_traffic, modify_qp_out_of_range,
-                                   producers_chased_during_flush]}
+                                   producers_chased_during_flush, local_ops_under_producer_chase]}
 
 if __name__ == "__main__":
     run_checks(CHECKS, sys.argv[1], sys.argv[2:])

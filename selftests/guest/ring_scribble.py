@@ -49,14 +49,17 @@ def uverbs_mappings():
     return {start: size for start, (size, _) in uverbs_maps().items()}
 
 
-def scribble_pair(ctx):
+def scribble_pair(ctx, send_wr=16):
     """Two connected sides whose rings are located: `side.rings` has the addresses of its SQ,
-    RQ and CQ. Each side has one receive posted (wr_id PROBE_WR_ID, into `side.probe`)."""
+    RQ and CQ. Each side has one receive posted (wr_id PROBE_WR_ID, into `side.probe`); the
+    first has an SQ of `send_wr` slots."""
     sides, mappings = [], []
-    for _ in range(2):
+    for wrs in (send_wr, 16):
         before = uverbs_mappings()
-        # A CQ far larger than the SQ and RQ: its ring is the largest new mapping.
-        sides.append(Side(ctx, cqe=1024))
+        # A CQ far larger than the SQ and RQ (slots of 256 and 128 bytes, its own of 64): its
+        # ring is the largest new mapping. A large SQ gets the largest CQ (every WQE of a
+        # Side's QP completes: sq_sig_all).
+        sides.append(Side(ctx, cqe=1024 if wrs <= 16 else 32767, send_wr=wrs))
         mappings.append({a: n for a, n in uverbs_mappings().items() if a not in before})
     a, b = connected(ctx, *sides)
     for side, new in zip(sides, mappings):

@@ -10,6 +10,7 @@ Usage: ud.py DEVICE [CHECK...]   prints "ok NAME" or "not ok NAME: why" per chec
 """
 import errno
 import socket
+import struct
 import sys
 import time
 
@@ -57,11 +58,11 @@ class UdSide:
     """One end: a PD, a CQ, a UD QP in RTS with Q_Key `qkey` (receiving from `srq` if given),
     and a receive buffer."""
 
-    def __init__(self, ctx, qkey=QKEY, pd=None, wr_api=False, buf=8192, srq=None):
+    def __init__(self, ctx, qkey=QKEY, pd=None, wr_api=False, buf=8192, srq=None, wrs=16):
         self.ctx = ctx
         self.pd = pd or PD(ctx)
-        self.cq = CQ(ctx, 64)
-        cap = QPCap(max_send_wr=16, max_recv_wr=16, max_send_sge=2, max_recv_sge=2)
+        self.cq = CQ(ctx, max(64, 2 * wrs))
+        cap = QPCap(max_send_wr=wrs, max_recv_wr=wrs, max_send_sge=2, max_recv_sge=2)
         if wr_api:
             attr = QPInitAttrEx(qp_type=e.IBV_QPT_UD, scq=self.cq, rcq=self.cq, cap=cap, pd=self.pd,
                                 comp_mask=e.IBV_QP_INIT_ATTR_PD | e.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
@@ -294,6 +295,46 @@ def ud_wr_api(ctx):
     check_arrival(b, a, data, socket.htonl(0xABCDEF01), True, gid_bytes(gid, True))
 
 
+def ud_batch_of_1000(ctx):
+    """1000 signaled UD SENDs posted in one ibv_post_send list on a QP of max_send_wr 1024,
+    more than the kernel takes copies of at a time and than one run sends: every one is sent,
+    completes and arrives, each receive holding its own datagram (before, one doorbell sent
+    the first 256 and the rest waited for a post that never came)."""
+    count, slot = 1000, 64
+    a, b = UdSide(ctx, wrs=1024), UdSide(ctx, wrs=1024, buf=count * slot)
+    index, gid = gid_index(ctx, True)
+    ah = a.ah_to(index, gid)
+    for i in range(count):
+        b.qp.post_recv(RecvWR(wr_id=i, num_sge=1, sg=[SGE(b.buf.buf + i * slot, slot, b.buf.lkey)]))
+    src = MR(a.pd, count * 8, e.IBV_ACCESS_LOCAL_WRITE)
+    src.write(b"".join(struct.pack("<Q", 0x5EED0000 + i) for i in range(count)), count * 8, 0)
+    wrs = []
+    for i in range(count):
+        wr = SendWR(wr_id=i, opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(src.buf + i * 8, 8, src.lkey)],
+                    send_flags=e.IBV_SEND_SIGNALED)
+        wr.set_wr_ud(ah, b.qp.qp_num, QKEY)
+        if wrs:
+            wrs[-1].next_wr = wr
+        wrs.append(wr)
+    a.qp.post_send(wrs[0])
+    sent, received = set(), set()
+    deadline = time.time() + 120
+    while (len(sent) < count or len(received) < count) and time.time() < deadline:
+        for side, got in ((a, sent), (b, received)):
+            n, wcs = side.cq.poll(64)
+            for wc in wcs[:n]:
+                expect_status(wc, e.IBV_WC_SUCCESS, f"wr {wc.wr_id}")
+                got.add(wc.wr_id)
+        if not n:
+            time.sleep(0.01)
+    expect(len(sent) == count, f"{len(sent)} of {count} SENDs completed")
+    expect(len(received) == count, f"{len(received)} of {count} datagrams arrived")
+    got = b.buf.read(count * slot, 0)
+    for i in range(count):
+        payload = got[i * slot + GRH:i * slot + GRH + 8]
+        expect(payload == struct.pack("<Q", 0x5EED0000 + i), f"receive {i} holds {payload.hex()}")
+
+
 def ud_query_qp(ctx):
     """ibv_query_qp reports the UD type and the Q_Key set."""
     a = UdSide(ctx, qkey=0x1234)
@@ -329,6 +370,7 @@ CHECKS = {
     "ud_ah_of_another_pd": ud_ah_of_another_pd,
     "ud_reply_from_wc": ud_reply_from_wc,
     "ud_wr_api": ud_wr_api,
+    "ud_batch_of_1000": ud_batch_of_1000,
     "ud_query_qp": ud_query_qp,
     "ud_controlled_qkey_refused": ud_controlled_qkey_refused,
 }
