@@ -165,15 +165,30 @@ struct ib_device *rxe_rs_helper_ib_alloc_device(size_t size)
 	return _ib_alloc_device(size);
 }
 
-void rxe_rs_helper_spin_lock_bh(spinlock_t *lock)
+/*
+ * A BH-safe lock taken with interrupts off (a kernel consumer that polls or queries under its
+ * own spin_lock_irq): no softirq runs on this CPU until they are on again, so the plain lock
+ * excludes the receive path there, where spin_unlock_bh would warn and run softirqs inside the
+ * caller's section. Returns whether bottom halves were disabled.
+ */
+bool rxe_rs_helper_spin_lock_bh(spinlock_t *lock)
 {
+	if (irqs_disabled()) {
+		spin_lock(lock);
+		return false;
+	}
 	spin_lock_bh(lock);
+	return true;
 }
 
-void rxe_rs_helper_spin_unlock_bh(spinlock_t *lock)
+void rxe_rs_helper_spin_unlock_bh(spinlock_t *lock, bool bh)
 {
-	spin_unlock_bh(lock);
+	if (bh)
+		spin_unlock_bh(lock);
+	else
+		spin_unlock(lock);
 }
+
 
 unsigned long rxe_rs_helper_spin_lock_irqsave(spinlock_t *lock)
 {

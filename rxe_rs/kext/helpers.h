@@ -72,8 +72,8 @@ unsigned long rxe_rs_helper_jiffies(void);
 struct ib_device *rxe_rs_helper_ib_alloc_device(size_t size);
 bool rxe_rs_helper_ib_device_try_get(struct ib_device *dev);
 
-void rxe_rs_helper_spin_lock_bh(spinlock_t *lock);
-void rxe_rs_helper_spin_unlock_bh(spinlock_t *lock);
+bool rxe_rs_helper_spin_lock_bh(spinlock_t *lock);
+void rxe_rs_helper_spin_unlock_bh(spinlock_t *lock, bool bh);
 unsigned long rxe_rs_helper_spin_lock_irqsave(spinlock_t *lock);
 void rxe_rs_helper_spin_unlock_irqrestore(spinlock_t *lock, unsigned long flags);
 

@@ -10,7 +10,8 @@ use kernel::sync::lock::{Backend, Lock};
 /// The `spin_lock_bh` backend of [`Lock`].
 pub(crate) struct SpinLockBhBackend;
 
-/// A [`Lock`] taken with `spin_lock_bh`.
+/// A [`Lock`] taken with `spin_lock_bh`, or, by a caller that has interrupts off already (no
+/// softirq can run on its CPU then), with `spin_lock`.
 pub(crate) type SpinLockBh<T> = Lock<T, SpinLockBhBackend>;
 
 /// Creates a [`SpinLockBh`] initialiser with its own lockdep class.
@@ -25,11 +26,13 @@ macro_rules! new_spinlock_bh {
 }
 pub(crate) use new_spinlock_bh;
 
-// SAFETY: `spin_lock_bh`/`spin_unlock_bh` give mutual exclusion, and the guard is only created
-// by `lock` and released by `unlock` on the same lock.
+// SAFETY: `spin_lock_bh`/`spin_unlock_bh` (or plain `spin_lock`/`spin_unlock` with interrupts
+// off) give mutual exclusion, and the guard is only created by `lock` and released by `unlock`
+// on the same lock, with the state `lock` returned.
 unsafe impl Backend for SpinLockBhBackend {
     type State = bindings::spinlock_t;
-    type GuardState = ();
+    /// Whether bottom halves were disabled (not when interrupts were off already).
+    type GuardState = bool;
 
     unsafe fn init(
         ptr: *mut Self::State,
@@ -45,9 +48,9 @@ unsafe impl Backend for SpinLockBhBackend {
         unsafe { bindings::rxe_rs_helper_spin_lock_bh(ptr) }
     }
 
-    unsafe fn unlock(ptr: *mut Self::State, _guard_state: &Self::GuardState) {
-        // SAFETY: the caller holds the lock.
-        unsafe { bindings::rxe_rs_helper_spin_unlock_bh(ptr) }
+    unsafe fn unlock(ptr: *mut Self::State, bh: &Self::GuardState) {
+        // SAFETY: the caller holds the lock, taken the way `bh` says.
+        unsafe { bindings::rxe_rs_helper_spin_unlock_bh(ptr, *bh) }
     }
 }
 

@@ -2,7 +2,7 @@
 //! Completion queues: a ring the kernel produces into and the process polls without a syscall;
 //! for a kernel consumer, a ring in kernel memory that `poll_cq` reads.
 
-use crate::kext::lock::{new_spinlock_bh, SpinLockBh};
+use crate::kext::lock::{new_spinlock_irq, SpinLockIrq};
 use crate::{
     kext::{
         errno::eopnotsupp,
@@ -44,9 +44,11 @@ pub(crate) struct RxeCq {
     kernel: bool,
     /// A user CQ whose slots carry the time of each completion (`CqSlot::completed_ns`).
     timestamped: bool,
-    /// BH-safe: the receive softirq posts completions.
+    /// IRQ-safe, as rdma_rxe's and siw's: the receive softirq posts completions, and kernel
+    /// consumers poll and arm with interrupts off (ib_srp calls `ib_process_cq_direct` under
+    /// `spin_lock_irq`), maybe under a lock an interrupt handler takes.
     #[pin]
-    producer: SpinLockBh<Producer>,
+    producer: SpinLockIrq<Producer>,
 }
 
 impl RxeCq {
@@ -76,7 +78,7 @@ impl RxeCq {
         let init = try_pin_init!(Self {
             kernel,
             timestamped,
-            producer <- new_spinlock_bh!(Producer { ring, index: 0, armed: 0, overflowed: false }, "rxe_rs_cq"),
+            producer <- new_spinlock_irq!(Producer { ring, index: 0, armed: 0, overflowed: false }, "rxe_rs_cq"),
         });
         Ok((init, capacity))
     }
