@@ -56,6 +56,11 @@ pub(crate) enum Counter {
     /// order, no receive WQE, a bad R_Key or range, too long for the buffers); UC answers
     /// nothing, so this is all that tells.
     RcvdUcDropped,
+    /// Dropped: came from this host through the IP stack (on a `lo`, or looped back onto the
+    /// device). rxe_rs's own packets for this host never go that way (local delivery), so
+    /// these are a local process's forgeries, and the copies IP loops back of multicast this
+    /// device sends to a group the host joined at the IP level.
+    RcvdFromLoopback,
     /// UD sends longer than the path MTU: completed without being sent (IBA C10-93.1.1).
     SentUdTooLong,
     /// Send doorbells that reached the kernel (a post the requester was not going to find by
@@ -104,6 +109,7 @@ pub(crate) static NAMES: [StatDesc; COUNT + ALIASES.len()] = [
     StatDesc::new(c_str!("rcvd_bad_qkey")),
     StatDesc::new(c_str!("rcvd_ud_dropped")),
     StatDesc::new(c_str!("rcvd_uc_dropped")),
+    StatDesc::new(c_str!("rcvd_from_loopback")),
     StatDesc::new(c_str!("sent_ud_too_long")),
     StatDesc::new(c_str!("send_doorbells")),
     StatDesc::new(c_str!("sent_acks")),

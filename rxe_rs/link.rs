@@ -9,9 +9,8 @@ use crate::{
         netdev::NetDevice,
         netns::NetNs,
         possible_cpus,
-        udp_tunnel::EncapReceiver,
     },
-    net::{self, recv::Receiver},
+    net::{self, recv},
 };
 use kernel::{c_str, prelude::*, str::CStr};
 
@@ -52,7 +51,7 @@ impl LinkDriver for RxeLink {
             owner: &crate::THIS_MODULE,
         };
         let mut new =
-            NewDevice::<RxeDevice>::new(RxeDevice::new(ndev, Receiver::receive), &config)?;
+            NewDevice::<RxeDevice>::new(RxeDevice::new(ndev, recv::receive_local), &config)?;
         new.set_netdev(ndev)?;
         new.enable_legacy_commands();
         // The core reports a name taken meanwhile by another driver as ENFILE.

@@ -33,11 +33,12 @@ pub(crate) struct Resources {
     pub(crate) counters: Counters,
     /// Computes and checks the ICRC of every packet.
     pub(crate) crc: KernelCrc32,
+    /// Where packets for this host go: straight to the receive path. Before `ndev`, which the
+    /// skbs it holds name as their device: fields drop in order.
+    pub(crate) local: Arc<LocalDelivery>,
     /// The netdev packets go out on. Ours to hold: the RDMA core's own accessor takes a lock
     /// that must not be taken in softirq, where ACKs and READ responses are sent.
     pub(crate) ndev: ARef<NetDevice>,
-    /// Where packets for this host go: straight to the receive path.
-    pub(crate) local: Arc<LocalDelivery>,
 }
 
 impl Resources {
@@ -50,8 +51,8 @@ impl Resources {
             ahs <- IndexTable::new(1, limits::MAX_AH),
             counters: Counters::new(),
             crc: KernelCrc32::new(),
-            ndev,
             local: LocalDelivery::new(receive)?,
+            ndev,
         }? Error)
     }
 

@@ -58,8 +58,8 @@ check "ucmatose over IPv6" cm_pair ucmatose 7471 -b "$A6" -c 2 -C 10 -- -s "$A6"
 check "udaddy: 2 UD endpoints through SIDR, 20 messages each" \
 	cm_pair udaddy 7174 -b "$A" -c 2 -C 20 -- -s "$A" -c 2 -C 20
 # Multicast: the receiver joins 239.1.2.3 (rdma_cm joins the IP group, librdmacm attaches its
-# UD QP), then the sender's 10 datagrams to the group, looped back by the IP stack, must all
-# arrive.
+# UD QP), then the sender's 10 datagrams to the group, each delivered to the device's members by
+# local delivery (the copy IP loops back is dropped), must all arrive.
 mckey_pair() {
 	local out rc=0
 	out=$(mktemp)

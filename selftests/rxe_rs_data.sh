@@ -32,6 +32,15 @@ ktap_print_header
 ktap_set_plan $((${#checks[@]} + ${#scribbles[@]} + ${#recoveries[@]} + ${#ucs[@]} + ${#srqs[@]} + 5))
 reset_or_bail
 make_veth veth0 veth1 10.11.0.1/24
+# The link's other end in a namespace of its own, where guest/uc.py crafts packets from: they
+# claim the device's own address as their source (the QPs' peer), which veth0 takes from the
+# wire only with accept_local.
+ip netns del dpeer 2>/dev/null
+ip netns add dpeer
+ip link set veth1 netns dpeer
+ip -n dpeer addr add 10.11.0.2/24 dev veth1 && ip -n dpeer link set veth1 up
+sysctl -qw net.ipv4.conf.veth0.accept_local=1 net.ipv4.conf.veth0.rp_filter=0
+export RXE_RS_INJECT_NETNS=dpeer
 rdma link add "$DEV" type rxe_rs netdev veth0
 wait_for 30 gid_present "$DEV" "0000:0000:0000:0000:0000:ffff:0a0b:0001"
 
@@ -207,5 +216,6 @@ rdma statistic show link "$DEV/1" | sed 's/^/# /'
 check "the remote access errors were NAKed and counted" test "$(counter rcvd_invalid_request)" -ge 5
 
 rdma link delete "$DEV"
+ip netns del dpeer
 reset_or_bail
 ktap_finished

@@ -3,7 +3,7 @@
 # Network namespaces, as containers use them. Shared mode (the default): two namespaces joined by
 # a veth pair, each adding its own rxe_rs device on its end with `rdma link add` from inside,
 # ibv_rc_pingpong -c and rping -V between them (each namespace has its own UDP 4791 socket) and
-# between two processes of one namespace (over its own lo), the
+# between two processes of one namespace (by local delivery, not its lo), the
 # netdev looked up in the caller's namespace only, then one namespace deleted under a WRITE
 # stream (both devices go with the veth pair, the writer can be killed: nothing hangs). Exclusive mode (`rdma system set netns
 # exclusive`): two namespaces each given their device with `rdma dev set DEV netns NS`, each
@@ -11,7 +11,7 @@
 source "$(dirname "$0")/guest/lib.sh"
 
 ktap_print_header
-ktap_set_plan 18
+ktap_set_plan 19
 reset_or_bail
 # Whatever happens, the guest's later scripts find no namespace of ours and the shared mode.
 cleanup() {
@@ -73,9 +73,13 @@ rping_between() {
 	return "$rc"
 }
 check "rping -V (rdma_cm) between the namespaces" rping_between
-# Both ends on rxa: the packets come back through nsa's own lo, whose namespace the receive
-# path must use to find the device.
-check "ibv_rc_pingpong -c between two processes on rxa, over nsa's lo" pingpong nsa rxa nsa rxa 30
+# Both ends on rxa: the packets go by local delivery, not through nsa's lo (which drops
+# RoCE from this host), to the device that owns the address in nsa.
+lo_before=$(ip netns exec nsa cat /sys/class/net/lo/statistics/rx_packets)
+check "ibv_rc_pingpong -c between two processes on rxa, by local delivery" pingpong nsa rxa nsa rxa 30
+lo_after=$(ip netns exec nsa cat /sys/class/net/lo/statistics/rx_packets)
+echo "# nsa's lo received $((lo_after - lo_before)) packets during it"
+check "... nothing of it through nsa's lo but the pingpong's TCP exchange" test $((lo_after - lo_before)) -lt 100
 
 # Namespace nsb goes under traffic: a WRITE stream from nsa to nsb, whose receiving process is
 # killed right after `ip netns del`, so that the kernel tears the namespace down (its veth, its

@@ -10,6 +10,7 @@
 #include <linux/libnvdimm.h>
 #include <linux/scatterlist.h>
 #include <linux/cpumask.h>
+#include <linux/capability.h>
 #include <net/net_namespace.h>
 #include <net/netns/generic.h>
 #include "helpers.h"
@@ -160,6 +161,12 @@ struct net_device *rxe_rs_helper_skb_dev(const struct sk_buff *skb)
 	return skb->dev;
 }
 
+/* pkt_type is a bitfield. */
+bool rxe_rs_helper_skb_is_looped_back(const struct sk_buff *skb)
+{
+	return skb->pkt_type == PACKET_LOOPBACK;
+}
+
 struct ib_device *rxe_rs_helper_ib_alloc_device(size_t size)
 {
 	return _ib_alloc_device(size);
@@ -188,7 +195,6 @@ void rxe_rs_helper_spin_unlock_bh(spinlock_t *lock, bool bh)
 	else
 		spin_unlock(lock);
 }
-
 
 unsigned long rxe_rs_helper_spin_lock_irqsave(spinlock_t *lock)
 {
@@ -350,6 +356,15 @@ unsigned int rxe_rs_helper_this_cpu(void)
 	return smp_processor_id();
 }
 
+/*
+ * CAP_NET_ADMIN is a macro. Without an audit record: a user listing QPs is not a denial to log,
+ * once per QP.
+ */
+bool rxe_rs_helper_capable_net_admin(void)
+{
+	return ns_capable_noaudit(&init_user_ns, CAP_NET_ADMIN);
+}
+
 /* nr_cpu_ids is a macro when NR_CPUS is 1. */
 unsigned int rxe_rs_helper_nr_cpu_ids(void)
 {
@@ -502,13 +517,13 @@ void rxe_rs_helper_dst_hold(struct dst_entry *dst)
 }
 
 /*
- * Whether a route leads to an address of this host in init_net: a local route (not one the
- * kernel swapped to the blackhole device, which is a loopback device too), out of init_net's
- * lo, without IPsec.
+ * Whether a route leads to an address of this host, in any namespace: a local route out of
+ * its namespace's lo (not one the kernel swapped to the blackhole device, a loopback device
+ * too), without IPsec.
  */
 bool rxe_rs_helper_dst_is_local(struct dst_entry *dst, bool ipv6)
 {
-	if (dst_xfrm(dst) || dst->dev != init_net.loopback_dev)
+	if (dst_xfrm(dst) || dst->dev != dev_net(dst->dev)->loopback_dev)
 		return false;
 	if (ipv6) {
 #if IS_ENABLED(CONFIG_IPV6)
@@ -522,16 +537,17 @@ bool rxe_rs_helper_dst_is_local(struct dst_entry *dst, bool ipv6)
 
 /*
  * Makes skb (an IP datagram from data on) look as it does when it comes back through lo:
- * network and transport headers set, protocol, device (init_net's lo, which lives as long as
- * the system: rxe_rs_helper_dst_is_local), no route.
+ * network and transport headers set, protocol, no route; its device is the sender's, dev (its
+ * rxe_rs device holds it until the local delivery queues are drained), which names the
+ * namespace whose addresses say which device receives it.
  */
-void rxe_rs_helper_skb_as_looped_back(struct sk_buff *skb, struct dst_entry *dst, bool ipv6)
+void rxe_rs_helper_skb_as_looped_back(struct sk_buff *skb, struct net_device *dev, bool ipv6)
 {
 	skb_reset_network_header(skb);
 	skb_set_transport_header(skb, ipv6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr));
 	skb->protocol = htons(ipv6 ? ETH_P_IPV6 : ETH_P_IP);
 	skb->pkt_type = PACKET_HOST;
-	skb->dev = dst->dev;
+	skb->dev = dev;
 }
 
 void rxe_rs_helper_skb_queue_head_init(struct sk_buff_head *list)

@@ -46,6 +46,7 @@ unsigned int rxe_rs_helper_skb_nr_frags(const struct sk_buff *skb);
 void *rxe_rs_helper_skb_frag(const struct sk_buff *skb, unsigned int i, unsigned int *size);
 unsigned char *rxe_rs_helper_skb_network_header(const struct sk_buff *skb);
 struct net_device *rxe_rs_helper_skb_dev(const struct sk_buff *skb);
+bool rxe_rs_helper_skb_is_looped_back(const struct sk_buff *skb);
 
 struct sk_buff *rxe_rs_helper_alloc_tx_skb(struct net_device *ndev, unsigned int len);
 unsigned char *rxe_rs_helper_skb_data(const struct sk_buff *skb);
@@ -59,7 +60,7 @@ void rxe_rs_helper_batch_link(struct sk_buff *head, struct sk_buff *tail, struct
 int rxe_rs_helper_ip_local_out(struct sk_buff *skb, struct dst_entry *dst, bool ipv6,
 			       unsigned int segs);
 bool rxe_rs_helper_dst_is_local(struct dst_entry *dst, bool ipv6);
-void rxe_rs_helper_skb_as_looped_back(struct sk_buff *skb, struct dst_entry *dst, bool ipv6);
+void rxe_rs_helper_skb_as_looped_back(struct sk_buff *skb, struct net_device *dev, bool ipv6);
 void rxe_rs_helper_skb_queue_head_init(struct sk_buff_head *list);
 u32 rxe_rs_helper_skb_queue_len_lockless(const struct sk_buff_head *list);
 void rxe_rs_helper_rcu_read_lock(void);
@@ -103,6 +104,7 @@ void rxe_rs_helper_preempt_enable(void);
 void rxe_rs_helper_local_bh_disable(void);
 void rxe_rs_helper_local_bh_enable(void);
 unsigned int rxe_rs_helper_this_cpu(void);
+bool rxe_rs_helper_capable_net_admin(void);
 unsigned int rxe_rs_helper_nr_cpu_ids(void);
 unsigned int rxe_rs_helper_online_cpu_of_lane(unsigned int lane);
 void rxe_rs_helper_pmem_wmb(void);

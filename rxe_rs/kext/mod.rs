@@ -70,6 +70,13 @@ pub(crate) fn possible_cpus() -> u32 {
     unsafe { bindings::rxe_rs_helper_num_possible_cpus() }.max(1)
 }
 
+/// Whether the current task may administer networking (`CAP_NET_ADMIN` in the initial user
+/// namespace), as the RDMA core asks of who reads a resource's raw or sensitive attributes.
+pub(crate) fn current_is_net_admin() -> bool {
+    // SAFETY: reads the current task's credentials; process context.
+    unsafe { bindings::rxe_rs_helper_capable_net_admin() }
+}
+
 /// Like [`Opaque::ffi_init`], for C constructors that can fail (registrations).
 pub(crate) fn opaque_try_init<T>(
     init: impl FnOnce(*mut T) -> Result,

@@ -22,11 +22,19 @@ impl SkBuff {
     /// The device it arrived on.
     pub(crate) fn netdev(&self) -> Option<&NetDevice> {
         // SAFETY: the device of a received skb outlives it (the stack purges an unregistering
-        // device's queues); one we queued for local delivery names init_net's `lo`, which lives
-        // as long as the system.
+        // device's queues); one we queued for local delivery names the sending rxe_rs device's
+        // netdev, which that device holds until its local delivery queues are drained.
         let dev = unsafe { bindings::rxe_rs_helper_skb_dev(self.0.as_ptr()) };
         // SAFETY: non-NULL, valid while the skb is (above).
         (!dev.is_null()).then(|| unsafe { NetDevice::from_raw(dev) })
+    }
+
+    /// A copy of a datagram this host sent that the IP layer looped back to it (multicast and
+    /// broadcast, which arrive on the device they left by; unicast to this host arrives on
+    /// `lo` instead).
+    pub(crate) fn is_looped_back(&self) -> bool {
+        // SAFETY: we own the skb; reads one of its fields.
+        unsafe { bindings::rxe_rs_helper_skb_is_looped_back(self.0.as_ptr()) }
     }
 
     /// The whole IP datagram (IP header to the end) where the skb holds it: its linear head,

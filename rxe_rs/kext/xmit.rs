@@ -41,7 +41,7 @@ impl Route {
         })
     }
 
-    /// Whether the route leads to an address of this host (in `init_net`).
+    /// Whether the route leads to an address of this host (in the sender's namespace).
     pub(crate) fn is_local(&self) -> bool {
         self.local
     }
@@ -98,14 +98,22 @@ impl TxDatagram {
     }
 
     /// Hands the datagram, for an address of this host (`route` is local), to the receive path
-    /// through `local`, on the CPU `key` picks; the skb is gone either way.
-    pub(crate) fn deliver_locally(self, route: &Route, local: &LocalDelivery, key: u32) -> Result {
+    /// through `local`, on the CPU `key` picks; the skb is gone either way. `sender` is the
+    /// netdev of the device that sent it (which holds it until `local` is drained): its
+    /// namespace's addresses say which device receives it.
+    pub(crate) fn deliver_locally(
+        self,
+        route: &Route,
+        sender: &NetDevice,
+        local: &LocalDelivery,
+        key: u32,
+    ) -> Result {
         let this = ManuallyDrop::new(self);
-        // SAFETY: we own the skb, whose data is the whole datagram; `route` holds its dst.
+        // SAFETY: we own the skb, whose data is the whole datagram; `sender` is a live netdev.
         unsafe {
             bindings::rxe_rs_helper_skb_as_looped_back(
                 this.skb.as_ptr(),
-                route.dst.as_ptr(),
+                sender.as_raw(),
                 route.ipv6,
             )
         };

