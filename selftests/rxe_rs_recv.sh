@@ -8,7 +8,7 @@ DEV=rxers0
 here=$(dirname "$0")
 
 ktap_print_header
-ktap_set_plan 35
+ktap_set_plan 36
 reset_or_bail
 ip netns del rxpeer 2>/dev/null
 ip netns add rxpeer
@@ -217,6 +217,47 @@ check "FLUSH for persistence of an MR on persistent memory (a range; the region,
 	test "$flush4" = "reply 0x10 0 0x1f;reply 0x10 1 0x1f;reply 0x11 2 0x62;no more replies;"
 check "an MR of ordinary memory with the persistent FLUSH right: EINVAL" test "$refused" = 22
 reap "$FLUSH_PID"
+
+# A UD message is one packet of at most the MTU (1024 here): a datagram carrying more (one a
+# host reassembled from IP fragments, or sent whole as here) is dropped as malformed, and the
+# receive it would have filled takes the next one that fits.
+coproc UDHOLDER { /usr/bin/python3 -u -c "
+import time
+from pyverbs.device import Context
+from pyverbs.pd import PD
+from pyverbs.cq import CQ
+from pyverbs.mr import MR
+from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.wr import RecvWR, SGE
+import pyverbs.enums as e
+ctx = Context(name='$DEV'); pd = PD(ctx); cq = CQ(ctx, 8)
+qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_UD, scq=cq, rcq=cq, cap=QPCap()))
+init = QPAttr(qp_state=e.IBV_QPS_INIT)
+init.pkey_index, init.port_num, init.qkey = 0, 1, 0x11111111
+qp.modify(init, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_QKEY)
+qp.modify(QPAttr(qp_state=e.IBV_QPS_RTR), e.IBV_QP_STATE)
+rts = QPAttr(qp_state=e.IBV_QPS_RTS)
+rts.sq_psn = 0
+qp.modify(rts, e.IBV_QP_STATE | e.IBV_QP_SQ_PSN)
+mr = MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)
+qp.post_recv(RecvWR(wr_id=1, num_sge=1, sg=[SGE(mr.buf, 4096, mr.lkey)]))
+print(qp.qp_num, flush=True)
+input()
+time.sleep(1)
+n, wcs = cq.poll(4)
+print(' '.join(f'{wc.status}:{wc.byte_len}:{mr.read(1, 40).decode()}' for wc in wcs[:n]) or 'none', flush=True)
+input()"; }
+read -r -t 300 ud_qpn <&"${UDHOLDER[0]}"
+malformed=$(counter rcvd_malformed)
+send "$ud_qpn" ud:0x11111111:1100:b,ud:0x11111111:1000:a
+echo >&"${UDHOLDER[1]}"
+ud_verdict=
+read -r -t 120 ud_verdict <&"${UDHOLDER[0]}"
+echo "# UD receive: $ud_verdict"
+check "a UD datagram over the MTU is dropped (rcvd_malformed); the next, within it, lands" \
+	test "$ud_verdict $(counter rcvd_malformed)" = "0:1040:a $((malformed + 1))"
+echo >&"${UDHOLDER[1]}"
+reap "$UDHOLDER_PID"
 
 # Random datagrams, twice: random bytes after the UDP header (the ICRC check drops nearly all),
 # then random BTHs and bodies with valid ICRCs, which reach the parser and the QP lookup (to a

@@ -163,6 +163,11 @@ fn receive_locked(qp: &QpInner, s: &mut QpLocked, d: &Datagram<'_>) -> Counter {
     if deth.qkey != s.attrs.qkey {
         return Counter::RcvdBadQkey;
     }
+    // A UD message is one packet of at most the path MTU (IBA C10-93): one longer came in IP
+    // fragments that the host reassembled, which no RoCE sender makes.
+    if d.payload.len() > port_mtu(qp).bytes() as usize {
+        return Counter::RcvdMalformed;
+    }
     if s.resp.recv.is_none() {
         match responder::take_recv_wqe(qp, s.resp.rq_consumer, &mut s.resp.recv) {
             Ok(true) => {}

@@ -42,6 +42,8 @@ fn handle_request(qp: &QpInner, s: &mut QpLocked, d: &Datagram<'_>) -> Counter {
             .seq
             .classify_uc(d.bth.op(), &d.info, d.bth.psn, d.payload.len() as u32, mtu);
     if decision.abandons {
+        // Lost at a PSN gap (or cut by a new FIRST): as any lost message.
+        release_srq_wqe(qp, s, WcStatus::RemInvReqErr);
         forget_partial_message(s);
     }
     if decision.verdict == UcVerdict::Drop {
@@ -74,19 +76,27 @@ fn handle_request(qp: &QpInner, s: &mut QpLocked, d: &Datagram<'_>) -> Counter {
         // No receive WQE, a bad key or range, too long for the buffers: the message is lost.
         Ok(Outcome::NotReady | Outcome::Read(_)) | Err(_) => {
             s.resp.seq.drop_message();
-            if qp.peers.srq.is_some() && s.resp.recv.is_some() {
-                // The WQE already left the SRQ: kept here, it would wait for a message this QP
-                // may never get (one that fits), where the SRQ's other QPs could have used it.
-                // It completes in error instead, the QP running on (as rdma_rxe does).
-                let status = match result {
+            release_srq_wqe(
+                qp,
+                s,
+                match result {
                     Err(Failure::Local(status)) => status,
                     _ => WcStatus::RemInvReqErr,
-                };
-                complete_recv(qp, s, status, wc_opcode::RECV, 0, Carried::Nothing, false);
-            }
+                },
+            );
             forget_partial_message(s);
             Counter::RcvdUcDropped
         }
+    }
+}
+
+/// A message is lost while an SRQ's WQE was taken for it: the WQE already left the SRQ, and
+/// kept here it would wait for a message this QP may never get (one that fits), where the
+/// SRQ's other QPs could have used it. It completes with `status` instead, the QP running on
+/// (as rdma_rxe does). A QP's own RQ keeps its WQE for the next message.
+fn release_srq_wqe(qp: &QpInner, s: &mut QpLocked, status: WcStatus) {
+    if qp.peers.srq.is_some() && s.resp.recv.is_some() {
+        complete_recv(qp, s, status, wc_opcode::RECV, 0, Carried::Nothing, false);
     }
 }
 

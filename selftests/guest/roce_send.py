@@ -5,6 +5,7 @@ KIND: valid | bad_icrc | truncated | bad_opcode | garbage | random
       | op:OPCODE:PSN:LEN:CHAR[:PKEY]  (a well-formed packet: opcode, PSN, LEN bytes of CHAR)
       | read:PSN:VA:RKEY:LEN    (an RDMA READ request for LEN bytes at VA under RKEY)
       | ack:PSN:MSN             (an RC ACKNOWLEDGE with an ACK AETH)
+      | ud:QKEY:LEN:CHAR        (a UD SEND ONLY from QP 0x99 with Q_Key QKEY, LEN bytes of CHAR)
       | faa:PSN:VA:RKEY:ADD     (an RC FETCH ADD of ADD to the 8 bytes at VA under RKEY)
       | cas:PSN:VA:RKEY:COMPARE:SWAP  (an RC COMPARE SWAP)
       | awrite:PSN:VA:RKEY:VALUE      (an RC ATOMIC WRITE of VALUE, little-endian, as x86 holds it)
@@ -71,6 +72,10 @@ def packet(src, dst, qpn, kind, rng):
     if kind.startswith("ack:"):
         psn, msn = (int(x, 0) for x in kind.split(":")[1:])
         return datagram(src, dst, qpn, opcode=0x11, psn=psn, payload=struct.pack("!I", 0x1F << 24 | msn & 0xFFFFFF))
+    if kind.startswith("ud:"):
+        _, qkey, length, char = kind.split(":")
+        deth = struct.pack("!II", int(qkey, 0), 0x99)
+        return datagram(src, dst, qpn, opcode=0x64, payload=deth + char.encode() * int(length))
     if kind.startswith("op:"):
         _, op, psn, length, char, *pkey = kind.split(":")
         return datagram(src, dst, qpn, opcode=int(op, 0), psn=int(psn, 0), payload=char.encode() * int(length),
