@@ -79,7 +79,17 @@ esac
 # provider are in place before it boots; tests write only to --rwdir mounts, which keep 9p's
 # default). RXE_RS_VM_APPEND: more kernel parameters.
 root_flags=rootflags=version=9p2000.L,trans=virtio,access=any,msize=524288,cache=loose
-vng_base+=(--append "$root_flags${console_level:+ $console_level}${RXE_RS_VM_APPEND:+ $RXE_RS_VM_APPEND}")
+# The debug kernel's watchdogs end the guest (a panic, which the harness reports with the
+# console's last lines) instead of letting a lockup run into the test's timeout: a CPU stuck
+# with preemption or interrupts off for 20 s (soft lockup, watchdog_thresh 10), an RCU grace
+# period held up for 21 s (RCU CPU stall), a task blocked for 120 s (hung task, the kernel's
+# default: nvme-rdma's error recovery over the lossy link blocks its tasks for tens of seconds).
+watchdogs=
+if [[ $flavor == debug ]]; then
+	watchdogs="watchdog_thresh=10 softlockup_panic=1 rcupdate.rcu_cpu_stall_timeout=21"
+	watchdogs+=" sysctl.kernel.panic_on_rcu_stall=1 hung_task_panic=1 sysctl.kernel.hung_task_timeout_secs=120"
+fi
+vng_base+=(--append "$root_flags${console_level:+ $console_level} $watchdogs${RXE_RS_VM_APPEND:+ $RXE_RS_VM_APPEND}")
 
 accel_flag() {
 	local probe=$RXE_RS_CACHE/accel-$(basename "$kdir")

@@ -28,7 +28,7 @@ if mkdir -p "$IBV_DRIVERS_DIR" && cp /etc/libibverbs.d/{rxe,rxe_rs}.driver "$IBV
 	mount --bind "$IBV_DRIVERS_DIR" /etc/libibverbs.d || echo "# libibverbs: all providers stay listed (bind mount failed)"
 fi
 KMEMLEAK=/sys/kernel/debug/kmemleak
-SPLATS='WARNING:|BUG:|Oops|KASAN|kernel BUG|general protection fault|possible recursive locking|possible circular locking|inconsistent lock state|suspicious RCU usage|unreferenced object|UBSAN|soft lockup|hung_task|blocked for more than|Call Trace'
+SPLATS='WARNING:|BUG:|Oops|KASAN|kernel BUG|general protection fault|possible recursive locking|possible circular locking|inconsistent lock state|suspicious RCU usage|unreferenced object|UBSAN|soft lockup|hung_task|blocked for more than|detected stall|Call Trace'
 
 # What every process is doing, and the blocked tasks' kernel stacks: printed before a test that
 # hangs is killed, so that the log says where it hung.
