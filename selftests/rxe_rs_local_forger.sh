@@ -27,14 +27,13 @@ driver_attr() {
 	rdma resource show qp lqpn "$1" -dd | tr ' ' '\n' | grep -A1 -xE "(drv_)?$2" | tail -n1 | grep -E '^[0-9]+$'
 }
 
-# A forger's run, as uid 65534 in namespace $1 (or none): `local_forger.py forge` with the rest.
-# Python reads the script from root's redirection: its user may not be able to open the file.
+# A forger's run in namespace $1 (or none): `local_forger.py forge` with the rest, which drops
+# to uid 65534 before it opens its socket.
 forge() {
 	local ns=$1 in=()
 	shift
 	[[ -n $ns ]] && in=(ip netns exec "$ns")
-	"${in[@]}" setpriv --reuid=65534 --regid=65534 --clear-groups \
-		/usr/bin/python3 -I -S - forge "$@" <"$here/guest/local_forger.py" | sed 's/^/# /'
+	"${in[@]}" /usr/bin/python3 -S "$here/guest/local_forger.py" forge "$@" | sed 's/^/# /'
 	return "${PIPESTATUS[0]}"
 }
 

@@ -378,6 +378,30 @@ def modify_qp_out_of_range(ctx):
     write_lands(a, b, 256, "the WRITE after the refusals")
 
 
+def fork_chaser(start, step):
+    """Forks a child (it shares the mapped rings) that runs `start()`, tells the parent it did,
+    then runs `step(what start returned)` over and over for 60 s, dying with the parent (a
+    harness timeout kills only the parent). Returns its pid once it started."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+            state = start()
+            os.write(w, b"x")
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                step(state)
+        finally:
+            os._exit(0)
+    os.close(w)
+    if os.read(r, 1) != b"x":
+        os.waitpid(pid, 0)
+        raise Failed("the chasing child did not start")
+    return pid
+
+
 def producers_chased_during_flush(ctx):
     """A child process (sharing the mapped rings) keeps moving the SQ's and RQ's producer
     indices, each within a ring's worth of its consumer, while the parent moves the QP to ERR
@@ -386,25 +410,14 @@ def producers_chased_during_flush(ctx):
     on every step and a chasing thread kept it going, filling the CQ)."""
     a, b = scribble_pair(ctx)
     slots = 16                                      # Side's max_send_wr and max_recv_wr
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(r)
-            # Dies with the parent (a harness timeout kills only the parent).
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
-            indices = [(u32(ring + PRODUCER), u32(ring + CONSUMER)) for ring in (a.rings.rq, a.rings.sq)]
-            os.write(w, b"x")
-            deadline = time.time() + 60
-            while time.time() < deadline:
-                for k in range(slots):
-                    for producer, consumer in indices:
-                        producer.value = (consumer.value + k) & 0xFFFFFFFF
-        finally:
-            os._exit(0)
-    os.close(w)
+
+    def chase(indices):
+        for k in range(slots):
+            for producer, consumer in indices:
+                producer.value = (consumer.value + k) & 0xFFFFFFFF
+    pid = fork_chaser(lambda: [(u32(ring + PRODUCER), u32(ring + CONSUMER)) for ring in (a.rings.rq, a.rings.sq)],
+                      chase)
     try:
-        expect(os.read(r, 1) == b"x", "the child did not start")
         probe = a.mr(4096)
         start = time.time()
         a.qp.modify(QPAttr(qp_state=e.IBV_QPS_ERR), e.IBV_QP_STATE)
@@ -474,30 +487,25 @@ def local_ops_under_producer_chase(ctx):
         crafted = bytes(unbind) * slots
         write_src = post_in_sqd(ctx, a, b.probe, pattern(64, 5), wr_id=0x53)
         consumer_before = u32(sq + CONSUMER).value
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.close(r)
-                ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
-                producer, consumer = u32(sq + PRODUCER), u32(sq + CONSUMER)
-                # Every slot, the WRITE's too (the kernel has its copy): they stay as written.
-                ctypes.memmove(sq + SLOT0, crafted, len(crafted))
-                posted = (consumer.value + ahead) & 0xFFFFFFFF
-                producer.value = posted
-                os.write(w, b"x")
-                deadline = time.time() + 60
-                while time.time() < deadline:
-                    for _ in range(1000):
-                        # Only forward: a producer index moved back below what the kernel took
-                        # is a broken ring (QP_FATAL), as a consumer read late would make it.
-                        want = (consumer.value + ahead) & 0xFFFFFFFF
-                        if 0 < (want - posted) & 0xFFFFFFFF < 0x80000000:
-                            posted = want
-                            producer.value = posted
-            finally:
-                os._exit(0)
-        os.close(w)
+
+        def start():
+            # Every slot, the WRITE's too (the kernel has its copy): they stay as written.
+            ctypes.memmove(sq + SLOT0, crafted, len(crafted))
+            indices = [u32(sq + PRODUCER), u32(sq + CONSUMER), 0]   # and what was posted
+            indices[2] = (indices[1].value + ahead) & 0xFFFFFFFF
+            indices[0].value = indices[2]
+            return indices
+
+        def chase(indices):
+            producer, consumer, posted = indices
+            for _ in range(1000):
+                # Only forward: a producer index moved back below what the kernel took is a
+                # broken ring (QP_FATAL), as a consumer read late would make it.
+                want = (consumer.value + ahead) & 0xFFFFFFFF
+                if 0 < (want - posted) & 0xFFFFFFFF < 0x80000000:
+                    posted = indices[2] = want
+                    producer.value = posted
+        pid = fork_chaser(start, chase)
         completions = []
 
         def poll_for(seconds, until=lambda: False):
@@ -508,10 +516,9 @@ def local_ops_under_producer_chase(ctx):
                 if not n:
                     time.sleep(0.01)
         try:
-            expect(os.read(r, 1) == b"x", "the child did not start")
-            start = time.time()
+            begun = time.time()
             a.qp.modify(QPAttr(qp_state=e.IBV_QPS_RTS), e.IBV_QP_STATE)
-            elapsed = time.time() - start
+            elapsed = time.time() - begun
             poll_for(3)     # the work item executes the chase's unbinds meanwhile
             chased = (u32(sq + CONSUMER).value - consumer_before) & 0xFFFFFFFF
             chasing = os.waitpid(pid, os.WNOHANG) == (0, 0)

