@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make soak: the hostile campaign for a long while (SOAK_MINUTES, default 30), in rounds until
-# the time is up: the hostile peer with many more packets, the hostile local user, the life cycle
-# under traffic with more rounds, allocation failures, exhaustion up to max_pd, max_qp and
+# the time is up: the hostile peer with many more packets, the hostile local user, the local
+# attacker forging through lo, SRP (a kernel consumer polling with interrupts off), the life
+# cycle under traffic with more rounds, allocation failures, exhaustion up to max_pd, max_qp and
 # max_mr with 100000 reg/dereg cycles, and the lossy link with more data in all three pairings
 # (make check runs rdma_rxe serving rxe_rs) and rdma_rxe on both ends as the yardstick. The first
 # round also runs every interop exchange and NVMe-oF in all three pairings (make check runs a
@@ -43,7 +44,7 @@ while ((round == 0 || SECONDS < end)); do
 	once=()
 	((round == 1)) && once=("$RXE_RS_ROOT"/selftests/{rxe_rs_pyverbs,pair/interop,pair/nvmeof}.sh)
 	# (interop before the lossy link: a lossy_link killed at its limit leaves the link impaired.)
-	if ! "$RXE_RS_ROOT/selftests/run.sh" "$RXE_RS_ROOT"/selftests/rxe_rs_{hostile_peer,hostile,lifecycle,faults,exhaust}.sh \
+	if ! "$RXE_RS_ROOT/selftests/run.sh" "$RXE_RS_ROOT"/selftests/rxe_rs_{hostile_peer,hostile,local_forger,srp,lifecycle,faults,exhaust}.sh \
 		"${once[@]}" "$RXE_RS_ROOT/selftests/pair/lossy_link.sh"; then
 		echo "soak: round $round failed (logs: $RXE_RS_RESULTS)"
 		exit 1
