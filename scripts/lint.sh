@@ -9,6 +9,12 @@ source "$(dirname "$0")/lib/env.sh"
 cd "$RXE_RS_ROOT"
 kdir=$("$RXE_RS_ROOT/scripts/kernel.sh" path "${KFLAVOR:-debug}")
 
+# The docs describe what is, for a reader who never saw the work: history lives in git.
+echo "lint: no run history in README.md and Documentation/ (stop N, issue N)"
+if git grep -n -i -E '\bstops? [0-9]+\b|\bissues? [0-9]+\b' -- README.md Documentation; then
+	echo "lint: the lines above name a session or an issue: say what is, and why" >&2
+	exit 1
+fi
 echo "lint: cargo fmt --check"
 cargo fmt --all --check
 echo "lint: rustfmt --check (module, kernel's .rustfmt.toml)"

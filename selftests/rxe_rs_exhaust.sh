@@ -4,7 +4,7 @@
 # charged to the process's memory cgroup and given back, and one async event per CQ overflow
 # (no flood); with RXE_RS_EXHAUST_FULL=1 (make soak) also PDs, QPs and MRs up to the device's
 # limits (the next one ENOMEM, all of them freed: 65536 PDs took 305-378 s of a loaded TCG
-# guest, and the single-VM scripts ran past CI's limit at stop 43). The suite checks kmemleak
+# guest, and the single-VM scripts then ran past CI's limit). The suite checks kmemleak
 # and dmesg afterwards. make check: 2000 reg/dereg cycles; make soak 100000
 # (RXE_RS_EXHAUST_CYCLES).
 source "$(dirname "$0")/guest/lib.sh"

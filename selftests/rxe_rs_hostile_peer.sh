@@ -6,8 +6,8 @@
 # it cannot legitimately address move data; they must keep moving it intact, the kernel must
 # stay clean, and the packets must have reached the QPs (not died at the ICRC check).
 #   RXE_RS_HOSTILE_PACKETS=N   how many packets (default 8000: 24000 took 536 s of a loaded
-#                              TCG guest, and the single-VM scripts ran past CI's limit at
-#                              stop 43; `make soak` sends 1M a round)
+#                              TCG guest, and the single-VM scripts then ran past CI's
+#                              limit; `make soak` sends 1M a round)
 source "$(dirname "$0")/guest/lib.sh"
 DEV=rxers0
 here=$(dirname "$0")

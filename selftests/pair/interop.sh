@@ -51,9 +51,8 @@ self_cases='^(ibv_rc_pingpong -c -s 1 |jumbo |ibv_rc_pingpong -c -e -s 1048576|i
 
 # make check's profile. An exchange costs 20-50 s in a loaded TCG guest, mostly two tools
 # starting (pair_ud.py and pair_atomic.py 80-220 s), and a stack switch 150-220 s. 57 of them
-# took the pair phase past CI's 90 minutes on a slow machine (stop 42: interop alone 3035 s),
-# and 26 in three pairings still did on a slower one (stop 43: the pair phase was in lossy_link
-# at 5200 s). So make check runs the two pairings with rdma_rxe only (rxe_rs on both ends runs
+# took the pair phase past CI's 90 minutes on a slow machine (interop alone 3035 s), and 26
+# in three pairings still did on a slower one. So make check runs the two pairings with rdma_rxe only (rxe_rs on both ends runs
 # the README's demo and nvmeof's exchanges, and every single-VM script), and
 # in each what a user of that role meets first and what only a wire shows:
 # - rxe_rs asking rdma_rxe (8): the responder's side of each transport is rdma_rxe's: a checked
@@ -297,7 +296,7 @@ mad_capture() {
 	tcpdump -i "$PAIR_DEV" -Q "$direction" -nn -p -U --immediate-mode -Z root -w "$file" \
 		'udp dst port 4791 and (udp[12:4] & 0xffffff) = 1' 2>"$file.err" &
 	CAPTURE_PID=$!
-	# (At stop 43 a loaded 1-CPU guest's tcpdump had not started in 30 s.)
+	# (A loaded 1-CPU guest's tcpdump once had not started in 30 s.)
 	wait_for 120 file_has "$file.err" "listening on" && return 0
 	echo "tcpdump did not start: $(<"$file.err")"
 	kill "$CAPTURE_PID"
@@ -452,8 +451,8 @@ pairing() {
 		elif [[ ${cmd[0]} == vlan ]]; then
 			check "$label ${cmd[*]:1} on a VLAN GID ($role)" pair_exchange "$label-vlan" vlan_exchange "${cmd[@]:2}"
 		elif [[ ${cmd[0]} == pair_atomic.py ]]; then
-			# (Four Python processes a side: at stop 43 the server had its results after 240 s,
-			# 29 s after all were connected, and was stopped at the default limit; at 22c268f,
+			# (Four Python processes a side: on a slow machine the server had its results after
+			# 240 s, 29 s after all were connected, and was stopped at the default limit; with
 			# the host's two cores shared by six vCPUs, after 390 s, 46 s after.)
 			PAIR_PORT=18702 PAIR_CASE_TIMEOUT=600 check "$label pair_atomic.py: atomics from 3 processes, results exact ($role)" pair_exchange "$label-atomic" atomic_exchange
 		elif [[ $line == "ibv_rc_pingpong -c -s 1048576 "* ]]; then

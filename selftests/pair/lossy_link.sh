@@ -122,8 +122,7 @@ pairing() {
 # Which pairings run, as "A-B" (A's stack on VM A, the server; B's on VM B, the requester of
 # the data exchange); RXE_RS_LOSSY_PAIRINGS picks some (to chase one failure). make check runs
 # rxe_rs asking rdma_rxe (where an rxe_rs READ once stalled for good, see hardening.md); a
-# pairing costs 300-450 s of a slow CI machine, and two took the pair phase past CI's limit
-# (stop 43). rxe_rs's requester and responder recovering from each other run in make check
+# pairing costs 300-450 s of a slow CI machine, and two took the pair phase past CI's limit. rxe_rs's requester and responder recovering from each other run in make check
 # too, in nvmeof.sh's verified I/O over this damage. make soak's profile
 # (RXE_RS_LOSSY_BASELINE=1) adds rxe_rs on both ends, rxe_rs serving rdma_rxe, and rdma_rxe on
 # both ends as the yardstick.

@@ -272,7 +272,7 @@ pairing() {
 
 # make check runs one of the three pairings: rxe_rs on both ends (rxe_rs's host and target,
 # the lossy step and the link deleted under I/O). A pairing costs 5-10 minutes of a slow CI
-# machine, and two took the pair phase past CI's limit (stop 43); RXE_RS_NVMEOF_FULL=1 (make
+# machine, and two took the pair phase past CI's limit; RXE_RS_NVMEOF_FULL=1 (make
 # soak's first round) adds rxe_rs's target with rdma_rxe's host (its receives on SRQs) and
 # rdma_rxe's target with rxe_rs's host.
 PAIR_PAIRINGS="rxe_rs-rxe_rs"

@@ -482,7 +482,7 @@ extern "C" {
     ) -> c_int;
 }
 
-// The measured Debian 12 layouts (see Documentation/design.rst): fail the build, not the user.
+// The measured Debian 12 layouts (see Documentation/design.md): fail the build, not the user.
 const _: () = {
     use core::mem::{offset_of, size_of};
     assert!(size_of::<verbs_device_ops>() == 72);
