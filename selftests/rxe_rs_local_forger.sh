@@ -4,8 +4,10 @@
 # socket forges RoCEv2 packets, valid ICRC and the live PSNs in hand (read by root), into an RC
 # connection between two QPs of its own host: a SEND ONLY at the receiver's expected PSN, an ACK
 # to the requester, a MAD to QP1 with the GSI Q_Key. Each comes back through `lo` and must be
-# dropped and counted (rcvd_from_loopback), reaching no QP, and the real peer's next SEND lands in
-# the receive the forgery aimed at. Once in the initial namespace and once in another one (whose
+# dropped and counted (rcvd_from_loopback), reaching no QP. Then the same user makes an RC QP of
+# its own on the device (any user may use any of its GIDs) that claims to be the receiver's peer,
+# at its expected PSN: its SEND must be refused as a wrong peer (local delivery tells the sending
+# QP), and the real peer's next SEND lands in the receive the forgeries aimed at. Once in the initial namespace and once in another one (whose
 # own traffic between local QPs goes by local delivery too). A control sends the same forgery
 # from a peer namespace over the link: it passes the ICRC check and fails only as a wrong peer,
 # so the forger's packets are valid RoCE. The driver's live PSNs in `rdma resource show qp -dd`
@@ -14,7 +16,7 @@ source "$(dirname "$0")/guest/lib.sh"
 here=$(dirname "$0")
 
 ktap_print_header
-ktap_set_plan 12
+ktap_set_plan 14
 reset_or_bail
 cleanup() { ip netns del fns 2>/dev/null; ip netns del fpeer 2>/dev/null; true; }
 trap cleanup EXIT
@@ -67,6 +69,11 @@ attack() {
 	check "$where: the forged SEND, ACK and MAD are dropped and counted (rcvd_from_loopback)" \
 		wait_for 10 eval "test \$(hw_counter $dev rcvd_from_loopback) -eq $((from_lo + 3))"
 	check "$where: none of them reached a QP (rcvd_pkts)" test "$(hw_counter "$dev" rcvd_pkts)" -eq "$pkts"
+	# A QP of the forger's own, as nobody (uverbs devices are 0666, as for any user).
+	wrong_peer=$(hw_counter "$dev" rcvd_wrong_peer)
+	"${in[@]}" /usr/bin/python3 -u "$here/guest/local_forger.py" qp "$dev" "$b_qpn" "$epsn" 2>&1 | sed 's/^/# /'
+	check "$where: a QP of its own, claiming to be the peer, is refused as a wrong peer" \
+		test "$(hw_counter "$dev" rcvd_wrong_peer)" -gt "$wrong_peer"
 	echo real >&"${VICTIM[1]}"
 	read -r -t 120 verdict <&"${VICTIM[0]}"
 	echo "# victim: $verdict"

@@ -57,6 +57,38 @@ const MAX_LANES_FULL: u32 = 4;
 /// again).
 const BUDGET: usize = 64;
 
+/// Stamps `skb` with `qpn`, the QP that sent it. The stamp travels in the first bytes of the
+/// skb's control buffer: between our transmit path and our receive path a locally delivered
+/// skb passes through our lanes only, where nothing else writes it, so the receiver can trust
+/// it ([`stamped_sender`]).
+///
+/// # Safety
+///
+/// `skb` is a valid skb that we own.
+pub(crate) unsafe fn stamp_sender(skb: NonNull<bindings::sk_buff>, qpn: u32) {
+    // SAFETY: a valid skb we own (the caller's contract); `cb` has 48 bytes, we write 4,
+    // unaligned.
+    unsafe {
+        core::ptr::addr_of_mut!((*skb.as_ptr()).cb)
+            .cast::<u32>()
+            .write_unaligned(qpn)
+    }
+}
+
+/// The QP number [`stamp_sender`] left in `skb`.
+///
+/// # Safety
+///
+/// `skb` is a valid skb that we own, delivered locally by us.
+pub(crate) unsafe fn stamped_sender(skb: NonNull<bindings::sk_buff>) -> u32 {
+    // SAFETY: a valid skb we own (the caller's contract); reads the 4 bytes stamped.
+    unsafe {
+        core::ptr::addr_of!((*skb.as_ptr()).cb)
+            .cast::<u32>()
+            .read_unaligned()
+    }
+}
+
 /// A device's queues of datagrams for this host's receive path, one per CPU.
 pub(crate) struct LocalDelivery {
     /// Indexed by CPU number, for every possible CPU.

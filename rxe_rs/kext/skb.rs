@@ -29,6 +29,14 @@ impl SkBuff {
         (!dev.is_null()).then(|| unsafe { NetDevice::from_raw(dev) })
     }
 
+    /// For a datagram of ours delivered locally: the QP that sent it (meaningless for an skb
+    /// from the wire).
+    pub(crate) fn local_sender_qpn(&self) -> u32 {
+        // SAFETY: we own the skb; `receive_local` calls this only for what local delivery
+        // queued, which its sender stamped.
+        unsafe { super::local_delivery::stamped_sender(self.0) }
+    }
+
     /// A copy of a datagram this host sent that the IP layer looped back to it (multicast and
     /// broadcast, which arrive on the device they left by; unicast to this host arrives on
     /// `lo` instead).

@@ -3,7 +3,11 @@
 //! `ip_local_out`/`ip6_local_out` (netfilter, neighbour resolution and qdiscs as for any local
 //! traffic), or, when it is for this host, handed to the receive path ([`LocalDelivery`]).
 
-use super::{bindings, local_delivery::LocalDelivery, netdev::NetDevice};
+use super::{
+    bindings,
+    local_delivery::{stamp_sender, LocalDelivery},
+    netdev::NetDevice,
+};
 use core::{mem::ManuallyDrop, ptr::NonNull};
 use kernel::{error::to_result, prelude::*};
 
@@ -100,15 +104,19 @@ impl TxDatagram {
     /// Hands the datagram, for an address of this host (`route` is local), to the receive path
     /// through `local`, on the CPU `key` picks; the skb is gone either way. `sender` is the
     /// netdev of the device that sent it (which holds it until `local` is drained): its
-    /// namespace's addresses say which device receives it.
+    /// namespace's addresses say which device receives it. `sender_qpn`, the QP that sent it,
+    /// goes with it.
     pub(crate) fn deliver_locally(
         self,
         route: &Route,
         sender: &NetDevice,
         local: &LocalDelivery,
         key: u32,
+        sender_qpn: u32,
     ) -> Result {
         let this = ManuallyDrop::new(self);
+        // SAFETY: we own the skb.
+        unsafe { stamp_sender(this.skb, sender_qpn) };
         // SAFETY: we own the skb, whose data is the whole datagram; `sender` is a live netdev.
         unsafe {
             bindings::rxe_rs_helper_skb_as_looped_back(

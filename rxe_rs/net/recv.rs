@@ -16,7 +16,7 @@ use crate::{
     limits,
     proto::{
         addr::is_multicast_ip,
-        packet::{self, DropReason},
+        packet::{self, Datagram, DropReason},
     },
     qp::{completer, datagram, responder, unreliable},
 };
@@ -62,7 +62,7 @@ impl EncapReceiver for Receiver {
             return;
         }
         if let Some(dev) = dev {
-            deliver(&dev, ip, false);
+            deliver(&dev, ip, false, None);
         }
     }
 }
@@ -70,11 +70,12 @@ impl EncapReceiver for Receiver {
 /// Takes a datagram an rxe_rs device of this host sent to an address of this host or to a
 /// multicast group (local delivery, in softirq): it goes to the device on the netdev of the
 /// sender's namespace that owns its destination address, or for a group to the sender's own
-/// device (where IP would loop a copy back to).
+/// device (where IP would loop a copy back to). It says which QP sent it.
 pub(crate) fn receive_local(mut skb: SkBuff) {
     let Some(sender) = skb.netdev().map(ARef::<NetDevice>::from) else {
         return;
     };
+    let sender_qpn = skb.local_sender_qpn();
     let ip = skb.ip_datagram(packet::HEADER_BYTES_MAX);
     let mut group = false;
     let dev = ip.as_ref().ok().and_then(|ip| {
@@ -87,7 +88,7 @@ pub(crate) fn receive_local(mut skb: SkBuff) {
         }
     });
     if let Some(dev) = dev {
-        deliver(&dev, ip, group);
+        deliver(&dev, ip, group, Some(sender_qpn));
     }
 }
 
@@ -100,33 +101,48 @@ fn device_owning_destination(ndev: &NetDevice, ip: &[u8]) -> Option<DeviceRef<Rx
 
 /// Validates the datagram `ip` for `dev` and hands it to the QP it names. `own_group_copy`:
 /// the copy of a datagram this device sent to a group, for its members here (none is no drop).
-fn deliver(dev: &RxeDevice, ip: Result<RxDatagram<'_>>, own_group_copy: bool) {
+/// `sender_qpn`: the QP of this host that sent it, by local delivery (`None` from the wire).
+fn deliver(
+    dev: &RxeDevice,
+    ip: Result<RxDatagram<'_>>,
+    own_group_copy: bool,
+    sender_qpn: Option<u32>,
+) {
     let outcome = match ip {
         Err(_) => Counter::RcvdMalformed,
         Ok(ip) => match packet::parse_chunks(ip.chunks(), &dev.res.crc) {
             Err(DropReason::Malformed) => Counter::RcvdMalformed,
             Err(DropReason::BadIcrc) => Counter::RcvdIcrcErr,
-            Ok(d) if d.bth.dest_qp == limits::MULTICAST_QPN => {
-                // Each member takes it as its own datagram; counted once.
-                let mut counter = (!own_group_copy).then_some(Counter::RcvdUnknownQp);
-                dev.mcast.for_each_member(&d.dst_gid, |qp| {
-                    counter = Some(datagram::receive(qp, &d));
-                });
-                let Some(counter) = counter else {
-                    return;
-                };
-                counter
+            Ok(mut d) => {
+                d.sender_qpn = sender_qpn;
+                match dispatch(dev, &d, own_group_copy) {
+                    Some(counter) => counter,
+                    None => return,
+                }
             }
-            Ok(d) => match dev.lookup_qp(d.bth.dest_qp) {
-                None => Counter::RcvdUnknownQp,
-                Some(qp) if qp.qp_type.is_datagram() => datagram::receive(&qp, &d),
-                Some(qp) if qp.qp_type == QpType::Uc => unreliable::receive(&qp, &d),
-                Some(qp) if d.info.is_request => responder::handle_request(&qp, &d),
-                Some(qp) => completer::handle_response(&qp, &d),
-            },
         },
     };
     dev.res.counters.inc(outcome);
+}
+
+/// Hands a valid datagram to the QP (or the multicast group's QPs) it names; returns the
+/// counter it moves (none for our own copy to a group with no member here).
+fn dispatch(dev: &RxeDevice, d: &Datagram<'_>, own_group_copy: bool) -> Option<Counter> {
+    if d.bth.dest_qp == limits::MULTICAST_QPN {
+        // Each member takes it as its own datagram; counted once.
+        let mut counter = (!own_group_copy).then_some(Counter::RcvdUnknownQp);
+        dev.mcast.for_each_member(&d.dst_gid, |qp| {
+            counter = Some(datagram::receive(qp, d));
+        });
+        return counter;
+    }
+    Some(match dev.lookup_qp(d.bth.dest_qp) {
+        None => Counter::RcvdUnknownQp,
+        Some(qp) if qp.qp_type.is_datagram() => datagram::receive(&qp, d),
+        Some(qp) if qp.qp_type == QpType::Uc => unreliable::receive(&qp, d),
+        Some(qp) if d.info.is_request => responder::handle_request(&qp, d),
+        Some(qp) => completer::handle_response(&qp, d),
+    })
 }
 
 /// The receive sockets on UDP 4791 of one network namespace, IPv4 and (when the kernel has it)

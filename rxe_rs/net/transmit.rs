@@ -60,12 +60,15 @@ pub(crate) struct Transmitter<'a> {
     /// batch to a group is a path no test covers), each with a copy for the group's members
     /// on this host.
     group: bool,
+    /// The sending QP: local delivery tells the receiver (which admits only its peer's).
+    sender_qpn: u32,
 }
 
 impl<'a> Transmitter<'a> {
-    /// A transmitter along `av` out of the netdev its source address belongs to (the device's,
-    /// or a VLAN device on it); `None` (counted) when there is no route.
-    pub(crate) fn new(res: &'a Resources, av: &AddressVector) -> Option<Self> {
+    /// A transmitter for QP `sender_qpn` along `av`, out of the netdev its source address
+    /// belongs to (the device's, or a VLAN device on it); `None` (counted) when there is no
+    /// route.
+    pub(crate) fn new(res: &'a Resources, av: &AddressVector, sender_qpn: u32) -> Option<Self> {
         let route = match av.families() {
             Some((Family::Ipv4(s), Family::Ipv4(d))) => {
                 let ndev = egress(res, &s);
@@ -84,6 +87,7 @@ impl<'a> Transmitter<'a> {
                 route,
                 batch: TxBatch::new(),
                 group: is_multicast_gid(&av.dgid),
+                sender_qpn,
             }),
             None => {
                 res.counters.inc(Counter::SendErr);
@@ -149,8 +153,14 @@ impl<'a> Transmitter<'a> {
             // after the other, as the two ends of a connection or the QPs of one process
             // usually are, go to different lanes, not to the same one half the time.
             let key = frame.bth.dest_qp & limits::QPN_INDEX_MASK;
-            skb.deliver_locally(&self.route, &self.res.ndev, &self.res.local, key)
-                .map_err(|_| TxError::Dropped)?;
+            skb.deliver_locally(
+                &self.route,
+                &self.res.ndev,
+                &self.res.local,
+                key,
+                self.sender_qpn,
+            )
+            .map_err(|_| TxError::Dropped)?;
             self.res.counters.inc(Counter::SentPkts);
         } else {
             self.batch.push(skb, &self.route);
@@ -171,6 +181,7 @@ impl Transmitter<'_> {
                 &self.res.ndev,
                 &self.res.local,
                 dest_qp & limits::QPN_INDEX_MASK,
+                self.sender_qpn,
             )
         });
         if delivered.is_err() {

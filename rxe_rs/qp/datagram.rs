@@ -91,7 +91,11 @@ fn send_one<'a>(
             return Err(RunEnd::Failed(index, WcStatus::LocQpOpErr));
         };
         if !matches!(&route, Some((num, av, _)) if *num == wqe.ah_num && *av == ah.av) {
-            *route = Some((wqe.ah_num, ah.av, Transmitter::new(qp.res(), &ah.av)));
+            *route = Some((
+                wqe.ah_num,
+                ah.av,
+                Transmitter::new(qp.res(), &ah.av, qp.qpn),
+            ));
         }
         // No route (counted): lost, as a datagram may be.
         if let Some((_, av, Some(tx))) = route {

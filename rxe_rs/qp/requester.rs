@@ -573,7 +573,7 @@ pub(crate) fn run(qp: &QpInner, s: &mut QpLocked, producer: u32, budget: &mut u3
         *budget -= 1;
         let new_read = w.is_read && !repeat;
         // Looked up once per run; `None` (counted) when there is no route or no memory for one.
-        let tx = tx.get_or_insert_with(|| Transmitter::new(qp.res(), &av));
+        let tx = tx.get_or_insert_with(|| Transmitter::new(qp.res(), &av, qp.qpn));
         let place = Place {
             last_of_message: false, // send_packet knows
             window_edge: s.req.window.is_edge(unacked),

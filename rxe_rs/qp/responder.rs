@@ -19,7 +19,7 @@ use crate::{
     limits,
     net::transmit::{Transmitter, TxError},
     proto::{
-        admit::{admit, Refusal},
+        admit::{admit, Connection, Refusal},
         atomic::{is_aligned, AtomicEth, AtomicOp, AtomicResult, AtomicResults, ATOMIC_BYTES},
         av::AddressVector,
         chunks::Chunks,
@@ -369,7 +369,7 @@ fn send_ack(qp: &QpInner, s: &mut QpLocked, syndrome: Syndrome, psn: Psn) {
 /// Sends an ACK or NAK for `psn` right away.
 fn send_ack_now(qp: &QpInner, s: &QpLocked, syndrome: Syndrome, psn: Psn) {
     let Some(av) = s.attrs.av else { return };
-    let Some(mut tx) = Transmitter::new(qp.res(), &av) else {
+    let Some(mut tx) = Transmitter::new(qp.res(), &av, qp.qpn) else {
         return;
     };
     let frame = Frame {
@@ -452,7 +452,7 @@ fn send_owed_replies(qp: &Arc<QpInner>, s: &mut QpLocked, budget: u32) {
     let Some((av, mut tx)) = s
         .attrs
         .av
-        .and_then(|av| Some((av, Transmitter::new(qp.res(), &av)?)))
+        .and_then(|av| Some((av, Transmitter::new(qp.res(), &av, qp.qpn)?)))
     else {
         // No route to the requester (counted): it asks again once there is one.
         s.resp.stop();
@@ -605,7 +605,13 @@ pub(crate) fn check_admitted(
     transport: Transport,
 ) -> core::result::Result<(), Counter> {
     let av = s.attrs.av.as_ref().ok_or(Counter::RcvdQpNotReady)?;
-    admit(d, transport, limits::DEFAULT_PKEY, av).map_err(refusal_counter)
+    let conn = Connection {
+        transport,
+        pkey: limits::DEFAULT_PKEY,
+        av,
+        dest_qpn: s.attrs.dest_qpn,
+    };
+    admit(d, &conn).map_err(refusal_counter)
 }
 
 fn handle_request_locked(qp: &Arc<QpInner>, s: &mut QpLocked, d: &Datagram<'_>) -> Counter {

@@ -18,6 +18,15 @@ Usage:
                                    for QP QPN at PSN; KIND: send (RC SEND ONLY of "forged!!"),
                                    ack (RC ACKNOWLEDGE), mad (UD SEND ONLY of a 256-byte MAD to
                                    QP1 with the GSI Q_Key)
+  local_forger.py qp DEVICE QPN PSN
+                                   started as root, becomes nobody and, through libibverbs,
+                                   makes an RC QP of its own on DEVICE that claims to be QP
+                                   QPN's peer: the device's IPv4 GID at both ends, QPN as its
+                                   destination, PSN as its first; it SENDs "forged!!" and prints
+                                   the completion: "forger's SEND: status N"
+
+A QP of this host may use any GID of its device, so addresses cannot tell a connection's peer
+from another local QP aimed at it: local delivery tells which QP sent a packet.
 """
 import os
 import socket
@@ -44,11 +53,15 @@ def transport(kind, qpn, psn):
     sys.exit(f"unknown kind {kind}")
 
 
-def forge(src, dst, qpn, kind, psn):
-    # The rest is done as nobody, without capabilities: what any local process may do.
+def become_nobody():
+    """The rest is done as nobody, without capabilities: what any local process may do."""
     os.setgroups([])
     os.setgid(NOBODY)
     os.setuid(NOBODY)
+
+
+def forge(src, dst, qpn, kind, psn):
+    become_nobody()
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     # DF on an unconnected socket: the kernel gives the datagram IP ID 0, so its header, which
     # the ICRC covers, is known in advance (TOS, TTL and the checksums are masked out).
@@ -92,9 +105,28 @@ def victim(device):
         print(f"received {inbox.read(8, 0).hex()} {len(got) + n} {got[0].status}", flush=True)
 
 
+def qp_forge(device, qpn, psn):
+    become_nobody()
+    from pyverbs.device import Context
+    import pyverbs.enums as e
+    from rdma_data import Side, ipv4_gid_index
+
+    ctx = Context(name=device)
+    forger = Side(ctx)
+    gid_index, gid = ipv4_gid_index(ctx)
+    # One retry after 1 ms (timeout 8): the forgery either lands at once or never.
+    forger.connect(qpn, gid_index, gid, timeout=8, retry_cnt=1, sq_psn=psn)
+    _src = forger.start_data(e.IBV_WR_SEND, b"forged!!")
+    wc = forger.completion("the forged SEND", timeout=30)
+    print(f"uid {os.getuid()}: QP {forger.qp.qp_num:#x} as QP {qpn:#x}'s peer at PSN {psn}: "
+          f"forger's SEND: status {wc.status}", flush=True)
+
+
 def main():
     if sys.argv[1] == "victim":
         victim(sys.argv[2])
+    elif sys.argv[1] == "qp":
+        qp_forge(sys.argv[2], int(sys.argv[3], 0), int(sys.argv[4], 0))
     elif sys.argv[1] == "forge":
         forge(sys.argv[2], sys.argv[3], int(sys.argv[4], 0), sys.argv[5], int(sys.argv[6], 0))
     else:

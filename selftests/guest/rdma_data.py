@@ -77,7 +77,7 @@ class Side:
         mr.write(bytes([fill]) * size, size, 0)
         return mr
 
-    def connect(self, peer_qpn, gid_index, gid, timeout=14, retry_cnt=7, rnr_retry=7):
+    def connect(self, peer_qpn, gid_index, gid, timeout=14, retry_cnt=7, rnr_retry=7, sq_psn=0x10):
         init = QPAttr(qp_state=e.IBV_QPS_INIT)
         init.pkey_index, init.port_num = 0, 1
         init.qp_access_flags = e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
@@ -101,7 +101,7 @@ class Side:
         self.qp.modify(rtr, e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN
                        | e.IBV_QP_RQ_PSN | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
         rts = QPAttr(qp_state=e.IBV_QPS_RTS)
-        rts.timeout, rts.retry_cnt, rts.rnr_retry, rts.sq_psn, rts.max_rd_atomic = timeout, retry_cnt, rnr_retry, 0x10, 4
+        rts.timeout, rts.retry_cnt, rts.rnr_retry, rts.sq_psn, rts.max_rd_atomic = timeout, retry_cnt, rnr_retry, sq_psn, 4
         self.qp.modify(rts, e.IBV_QP_STATE | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT | e.IBV_QP_RNR_RETRY
                        | e.IBV_QP_SQ_PSN | e.IBV_QP_MAX_QP_RD_ATOMIC)
 

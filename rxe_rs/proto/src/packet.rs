@@ -40,6 +40,9 @@ pub struct Datagram<'a> {
     pub ext_headers: &'a [u8],
     /// The payload, without pad (where the receiver's buffers hold it: maybe in pieces).
     pub payload: Chunks<'a>,
+    /// The QP of this host that sent it, when it came by local delivery, which knows (BTH has
+    /// no source QP); `None` for a datagram from the wire.
+    pub sender_qpn: Option<u32>,
 }
 
 fn be16(b: &[u8]) -> u16 {
@@ -167,6 +170,7 @@ pub fn parse_chunks<'a>(ip: Chunks<'a>, crc: &impl Crc32) -> Result<Datagram<'a>
         info,
         ext_headers,
         payload: pkt.sub(payload_start, payload_len).ok_or(Malformed)?,
+        sender_qpn: None,
     })
 }
 
