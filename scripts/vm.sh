@@ -88,6 +88,11 @@ watchdogs=
 if [[ $flavor == debug ]]; then
 	watchdogs="watchdog_thresh=10 softlockup_panic=1 rcupdate.rcu_cpu_stall_timeout=21"
 	watchdogs+=" sysctl.kernel.panic_on_rcu_stall=1 hung_task_panic=1 sysctl.kernel.hung_task_timeout_secs=120"
+	# The work-queue event that rxe_rs_data.sh reads the lanes' CPUs from, enabled while the
+	# kernel boots on one CPU, into a trace instance that records only while a test turns it
+	# on. Enabling the event at run time patches the kernel's text under every kworker, and
+	# under TCG a kworker on the other vCPU once hit the int3 of that patching as an oops.
+	watchdogs+=" trace_instance=lanes^traceoff,workqueue:workqueue_execute_start"
 fi
 vng_base+=(--append "$root_flags${console_level:+ $console_level} $watchdogs${RXE_RS_VM_APPEND:+ $RXE_RS_VM_APPEND}")
 
@@ -112,7 +117,7 @@ accel_flag() {
 # little traffic needs no notifier: a kick is handled in the vCPU thread. 8 eventfds remain.
 qemu_opts=" -global virtio-serial-pci.max_ports=2 -global virtio-serial-pci.ioeventfd=off"
 # RXE_RS_VM_RX_RING=N: N receive buffers per NIC instead of QEMU's 256 (power of 2, up to 1024),
-# for experiments: 1024 did not change the bench's ratios (performance.md, stop 52).
+# for experiments: 1024 did not change the bench's ratios (performance.md).
 for i in "${!nics[@]}"; do
 	IFS=, read -r mac lport rport <<<"${nics[$i]}"
 	qemu_opts+=" -netdev socket,id=rxenet$i,udp=127.0.0.1:$rport,localaddr=127.0.0.1:$lport"
