@@ -6,9 +6,9 @@
 #   make KDIR=/lib/modules/$(uname -r)/build   module against another CONFIG_RUST kernel
 #   make kdir            print the test kernel's path
 #   make provider        the libibverbs provider (librxe_rs-rdmav34.so)
-#   make test-tools      programs the VM tests run in the guest (the hostile peer)
+#   make test-tools      programs the VM tests run in the guest (the hostile peer, test modules)
 #   make install         install module and provider on this machine
-#   make run             the demo: VM, device, ibv_devinfo (and pingpong/perftest once they work)
+#   make run             the demo: two VMs, rxers0 on each, ibv_devinfo, ibv_rc_pingpong, ib_write_bw
 #   make clippy          the module through clippy (the kernel's CLIPPY=1, with rustc-web's clippy)
 #   make lint            rustfmt + clippy (module and host crates), warnings are errors
 #   make check           all tests: lints, host unit tests, VM selftests (the README's command)
@@ -60,8 +60,14 @@ module: $(KDIR_DEP)
 provider:
 	cargo build --release --locked -p rxe_rs_provider
 
-test-tools:
+# The hostile peer's generator, and the kernel modules that play a kernel ULP in the guest.
+TEST_KMODS := $(ROOT)/selftests/kmod
+test-tools: $(KDIR_DEP)
 	cargo build --release --locked -p rxe_rs_hostile_peer
+	@if [[ -e $(TEST_KMODS)/.kdir && "$$(cat $(TEST_KMODS)/.kdir)" != "$(KDIR)" ]]; then \
+		$(MAKE) -C $(KDIR) M=$(TEST_KMODS) $(KMAKE_TOOLS) clean >/dev/null; fi
+	@echo $(KDIR) >$(TEST_KMODS)/.kdir
+	$(MAKE) -C $(KDIR) M=$(TEST_KMODS) $(KMAKE_TOOLS) modules
 
 # The lints the kernel sets for Rust, and our own #![deny(...)] (arithmetic on ring and wire
 # values). The clippy-driver must match the kernel's rustc: rustc-web's, not rustup's.
@@ -74,6 +80,7 @@ clippy: $(KDIR_DEP)
 
 clean:
 	-$(KMAKE) clean
+	-$(MAKE) -C $(KDIR) M=$(TEST_KMODS) $(KMAKE_TOOLS) clean
 	cargo clean
 
 install: module provider
