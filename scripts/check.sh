@@ -27,7 +27,7 @@ trap 'echo "== phases"; sed "s/^/  /" "$RXE_RS_PHASES"; echo "  total: $((SECOND
 phase_done "setup (apt, cargo, pip)"
 # The kernel first (built once, cached); then lints; then the module the VMs load, built by
 # rustc itself.
-"$RXE_RS_ROOT/scripts/kernel.sh" build debug >/dev/null
+build_kernel debug
 phase_done "test kernel (cached after the first build)"
 echo "== lints: rustfmt and clippy for the module and the host crates, warnings are errors"
 "$RXE_RS_ROOT/scripts/lint.sh"

@@ -41,7 +41,7 @@ if [[ -n $impairable ]]; then
 	python3 "$RXE_RS_ROOT/scripts/lib/impair-relay.py" "$send_a" "$port_a" "$send_b" "$port_b" \
 		"$results/impair" "$results/impair.stats" &
 	relay=$!
-	trap 'kill "$relay" 2>/dev/null' EXIT
+	trap 'kill "$relay" 2>/dev/null || true' EXIT
 fi
 common=(--flavor "$flavor" --timeout "$timeout_s" --cpus 1 --memory 2G --rwdir "$results")
 "$RXE_RS_ROOT/scripts/vm.sh" "${common[@]}" --name rxe-a --nic "52:54:00:10:00:01,$port_a,$send_a" \
@@ -51,7 +51,9 @@ pid_a=$!
 	-- env PAIR_ROLE=b PAIR_RESULTS="$results" "${b[@]}" >"$results/vm-b.log" 2>&1 &
 pid_b=$!
 # Stopped (^C, or selftests/run.sh stopping): the VMs go too (`timeout` passes the signal on).
-trap 'kill "$pid_a" "$pid_b" ${relay:+"$relay"} 2>/dev/null' EXIT
+# (`|| true`: under `set -e` a failing command in an EXIT trap becomes the script's status, and
+# the VMs have usually exited already.)
+trap 'kill "$pid_a" "$pid_b" ${relay:+"$relay"} 2>/dev/null || true' EXIT
 rc=0
 wait "$pid_a" || rc=1
 wait "$pid_b" || rc=1
