@@ -14,8 +14,11 @@ mkdir -p "$out"
 start=$SECONDS
 step() { echo "demo: [$1/4] $2"; }
 failed() {
-	echo "demo: FAILED at $1 after $(((SECONDS - start) / 60)) min (full output: $2)"
-	[[ -f $2 ]] && tail -15 "$2" | sed 's/^/  | /'
+	local log
+	echo "demo: FAILED at $1 after $(((SECONDS - start) / 60)) min (full output: ${*:2})"
+	for log in "${@:2}"; do
+		[[ -f $log ]] && tail -15 "$log" | sed "s|^|  $(basename "$log") |"
+	done
 	exit 1
 }
 
@@ -34,6 +37,6 @@ for role in a b; do
 	echo "VM $role ($out/vm-$role.log):"
 	grep -h '^demo: ' "$out/vm-$role.log" | sed 's/^demo: /  /' || echo "  (no result: see the log)"
 done
-((rc == 0)) || failed "the VMs' demo" "$out/vm-pair.log"
+((rc == 0)) || failed "the VMs' demo" "$out/vm-pair.log" "$out/vm-a.log" "$out/vm-b.log"
 bw=$(sed -nE 's/^demo: ib_write_bw: .*, ([0-9.]+) MB\/s on average/\1/p' "$out/vm-b.log")
 echo "demo: ok in $(((SECONDS - start) / 60)) min: rxe_rs carried RC SENDs with every byte checked and ${bw:-?} MB/s of RDMA WRITEs between two VMs"

@@ -73,7 +73,7 @@ attack() {
 	wrong_peer=$(hw_counter "$dev" rcvd_wrong_peer)
 	"${in[@]}" /usr/bin/python3 -u "$here/guest/local_forger.py" qp "$dev" "$b_qpn" "$epsn" 2>&1 | sed 's/^/# /'
 	check "$where: a QP of its own, claiming to be the peer, is refused as a wrong peer" \
-		test "$(hw_counter "$dev" rcvd_wrong_peer)" -gt "$wrong_peer"
+		wait_for 10 eval "test \$(hw_counter $dev rcvd_wrong_peer) -gt $wrong_peer"
 	echo real >&"${VICTIM[1]}"
 	read -r -t 120 verdict <&"${VICTIM[0]}"
 	echo "# victim: $verdict"

@@ -12,23 +12,28 @@ build_kernel() {
 	[[ -e $kdir/.rxe_rs-built ]] && return 0
 	total=$(cat "$RXE_RS_CACHE/kernel-objects-$flavor" 2>/dev/null) || total=2150
 	echo "kernel: building the $flavor test kernel once (20-25 min on 2 cores; later runs reuse it)" >&2
+	# (It also ends within a minute of its parent, should that be stopped.)
 	(
 		start=$SECONDS
-		while sleep 60; do
+		while sleep 60 && kill -0 $$ 2>/dev/null; do
 			echo "kernel: $(((SECONDS - start) / 60)) min: $(find "$kdir" -name '*.o' 2>/dev/null | wc -l) of about $total objects built" >&2
 		done
 	) &
 	reporter=$!
 	"$RXE_RS_ROOT/scripts/kernel.sh" build "$flavor" >/dev/null || rc=$?
-	kill "$reporter" 2>/dev/null
-	wait "$reporter" 2>/dev/null
-	((rc == 0)) && find "$kdir" -name '*.o' | wc -l >"$RXE_RS_CACHE/kernel-objects-$flavor"
+	kill "$reporter" 2>/dev/null || true
+	# (A killed job's status is 143: not ours to return, and fatal to a caller under set -e.)
+	wait "$reporter" 2>/dev/null || true
+	if ((rc == 0)); then
+		find "$kdir" -name '*.o' | wc -l >"$RXE_RS_CACHE/kernel-objects-$flavor"
+	fi
 	return $rc
 }
 
+# Each step's failure is the function's, also where a caller's `|| ...` turns set -e off.
 build_all() {
 	local flavor=${1:-debug}
-	build_kernel "$flavor"
-	make -s -C "$RXE_RS_ROOT" KFLAVOR="$flavor" module provider test-tools
-	"$RXE_RS_ROOT/scripts/install-provider.sh"
+	build_kernel "$flavor" &&
+		make -s -C "$RXE_RS_ROOT" KFLAVOR="$flavor" module provider test-tools &&
+		"$RXE_RS_ROOT/scripts/install-provider.sh"
 }

@@ -28,7 +28,7 @@ static unsigned int count = 1000;
 module_param(count, uint, 0444);
 MODULE_PARM_DESC(count, "UD SENDs in the one post (1-4096)");
 
-static unsigned int timeout_ms = 30000;
+static unsigned int timeout_ms = 120000;
 module_param(timeout_ms, uint, 0444);
 MODULE_PARM_DESC(timeout_ms, "how long to wait for the completions");
 
@@ -198,8 +198,18 @@ static int setup(struct ud_batch *t)
 	return 0;
 }
 
+/*
+ * The QPs go first: after a failure, sends may still be queued and receives
+ * posted into the buffers freed below.
+ */
 static void teardown(struct ud_batch *t)
 {
+	if (!IS_ERR_OR_NULL(t->rx))
+		ib_destroy_qp(t->rx);
+	if (!IS_ERR_OR_NULL(t->tx))
+		ib_destroy_qp(t->tx);
+	if (!IS_ERR_OR_NULL(t->ah))
+		rdma_destroy_ah(t->ah, RDMA_DESTROY_AH_SLEEPABLE);
 	if (t->recv_dma)
 		ib_dma_unmap_single(t->dev, t->recv_dma, count * RECV_LEN,
 				    DMA_FROM_DEVICE);
@@ -213,12 +223,6 @@ static void teardown(struct ud_batch *t)
 	kfree(t->send_wrs);
 	kfree(t->recv_buf);
 	kfree(t->send_buf);
-	if (!IS_ERR_OR_NULL(t->ah))
-		rdma_destroy_ah(t->ah, RDMA_DESTROY_AH_SLEEPABLE);
-	if (!IS_ERR_OR_NULL(t->rx))
-		ib_destroy_qp(t->rx);
-	if (!IS_ERR_OR_NULL(t->tx))
-		ib_destroy_qp(t->tx);
 	if (!IS_ERR_OR_NULL(t->recv_cq))
 		ib_free_cq(t->recv_cq);
 	if (!IS_ERR_OR_NULL(t->send_cq))
