@@ -97,7 +97,8 @@ fi
 vng_base+=(--append "$root_flags${console_level:+ $console_level} $watchdogs${RXE_RS_VM_APPEND:+ $RXE_RS_VM_APPEND}")
 
 accel_flag() {
-	local probe=$RXE_RS_CACHE/accel-$(basename "$kdir")
+	local probe
+	probe=$RXE_RS_CACHE/accel-$(basename "$kdir")
 	if [[ ! -e $probe ]]; then
 		local accel=tcg
 		if [[ -w /dev/kvm ]] && timeout 60 "${vng_base[@]}" --exec true >/dev/null 2>&1; then
@@ -153,16 +154,30 @@ for bin in /lib/systemd/systemd-udevd /usr/bin/udevadm /bin/udevadm; do
 	[[ " ${mounts[*]} " == *" $bin "* ]] || mounts+=("$bin")
 done
 cmd=$(printf '%q ' "$@")
+exec_cmd="export RXE_RS_ROOT=$RXE_RS_ROOT KDIR=$kdir; $cmd"
+# The kernel keeps 2048 bytes of its command line (x86's COMMAND_LINE_SIZE), and virtme-ng puts
+# the command there, base64-encoded, among its own 700 bytes (70 more per --rwdir, and its path)
+# and before our parameters: a longer line boots a guest without its init (a panic) or without
+# our watchdogs. Refuse it here; long lists go in a file (selftests/run.sh: suite_file).
+cmdline_bytes=$((700 + (${#exec_cmd} + 2) * 4 / 3 + ${#vng_base[-1]}))
+for ((i = 1; i < ${#rwdirs[@]}; i += 2)); do
+	cmdline_bytes=$((cmdline_bytes + 70 + ${#rwdirs[i]}))
+done
+if ((cmdline_bytes > 2048)); then
+	echo "vm.sh: the guest's command line would take about $cmdline_bytes bytes of the kernel's 2048: put the command in a file" >&2
+	exit 2
+fi
+mapfile -t accel < <(accel_flag)
 if [[ ${RXE_RS_GUEST_UDEV:-} == 1 ]] || ((${#mounts[@]} == 0)) ||
 	! unshare --mount --propagation private -- true 2>/dev/null; then
 	echo "vm.sh: the guest runs udev" >&2
-	exec timeout --kill-after=10 "$timeout_s" "${vng_base[@]}" $(accel_flag) "${rwdirs[@]}" \
+	exec timeout --kill-after=10 "$timeout_s" "${vng_base[@]}" "${accel[@]}" "${rwdirs[@]}" \
 		${qemu_opts:+--qemu-opts "$qemu_opts"} \
-		--exec "export RXE_RS_ROOT=$RXE_RS_ROOT KDIR=$kdir; $cmd"
+		--exec "$exec_cmd"
 fi
 exec unshare --mount --propagation private -- \
 	bash -c 'stub=$1; shift; while [[ $1 != -- ]]; do mount --bind "$stub" "$1" || exit; shift; done; shift; exec "$@"' \
 	bash "$RXE_RS_ROOT/scripts/guest-udev/udevadm" "${mounts[@]}" -- \
-	timeout --kill-after=10 "$timeout_s" "${vng_base[@]}" $(accel_flag) "${rwdirs[@]}" \
+	timeout --kill-after=10 "$timeout_s" "${vng_base[@]}" "${accel[@]}" "${rwdirs[@]}" \
 	${qemu_opts:+--qemu-opts "$qemu_opts"} \
-	--exec "export RXE_RS_ROOT=$RXE_RS_ROOT KDIR=$kdir; $cmd"
+	--exec "$exec_cmd"

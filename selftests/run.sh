@@ -39,6 +39,27 @@ for v in RXE_RS_HOSTILE_PACKETS RXE_RS_LOSSY_MIB RXE_RS_IMPAIRMENT RXE_RS_LOSSY_
 	[[ -n ${!v:-} ]] && knobs+=("$v=${!v}")
 done
 
+# What a guest runs, in a file it reads (guest/run-suite.sh --suite FILE): the knobs, more
+# settings, then the scripts. Not on its command line: the kernel cuts that at 2048 bytes, and
+# make soak's knobs with a guest's list of scripts took it past, which cut off virtme-ng's
+# init path and the parameters after it.
+#   suite_file FILE [VAR=VALUE...] -- SCRIPT...
+suite_file() {
+	local file=$1 setting
+	shift
+	{
+		for setting in "${knobs[@]}"; do
+			printf 'export %s=%q\n' "${setting%%=*}" "${setting#*=}"
+		done
+		while [[ $1 != -- ]]; do
+			printf 'export %s=%q\n' "${1%%=*}" "${1#*=}"
+			shift
+		done
+		shift
+		printf 'tests=(%s)\n' "$(printf '%q ' "$@")"
+	} >"$file"
+}
+
 # The guests' consoles carry their kernels' warnings and worse (vm.sh): a guest that panics
 # leaves its report there and nowhere else.
 export RXE_RS_VM_VERBOSE=${RXE_RS_VM_VERBOSE:-warnings}
@@ -95,11 +116,13 @@ start_pairs() {
 	mkdir -p "$pair_dir"
 	echo "selftests: booting two VMs for ${#pair_tests[@]} pair test script(s); logs: $pair_dir"
 	(
+		for end in a b; do
+			suite_file "$pair_dir/suite-$end.env" RXE_RS_TEST_TIMEOUT=4500 RXE_RS_SUITE_LOG="$pair_dir/suite-$end.log" \
+				-- "${pair_tests[@]}"
+		done
 		"$RXE_RS_ROOT/scripts/vm-pair.sh" --impairable --timeout "${RXE_RS_VM_TIMEOUT:-5200}" "$pair_dir" \
-			-- env "${knobs[@]}" RXE_RS_TEST_TIMEOUT=4500 RXE_RS_SUITE_LOG="$pair_dir/suite-a.log" \
-			bash "$here/guest/run-suite.sh" "${pair_tests[@]}" \
-			-- env "${knobs[@]}" RXE_RS_TEST_TIMEOUT=4500 RXE_RS_SUITE_LOG="$pair_dir/suite-b.log" \
-			bash "$here/guest/run-suite.sh" "${pair_tests[@]}"
+			-- bash "$here/guest/run-suite.sh" --suite "$pair_dir/suite-a.env" \
+			-- bash "$here/guest/run-suite.sh" --suite "$pair_dir/suite-b.env"
 		date +%s >"$pair_dir/.end"
 	) >"$results/pair-phase.out" 2>&1 &
 	pair_pid=$!
@@ -146,8 +169,7 @@ if ((${#single_vm_tests[@]})); then
 	vms=${RXE_RS_VMS:-2}
 	((vms > ${#single_vm_tests[@]})) && vms=${#single_vm_tests[@]}
 	((vms >= 1)) || { echo "selftests: RXE_RS_VMS must be at least 1" >&2; exit 2; }
-	# (Relative to the tree, which run-suite.sh resolves: virtme-ng passes the command in the
-	# kernel's command line, cut at 2048 bytes, and 14 absolute paths nearly filled it.)
+	# (Relative to the tree, which run-suite.sh resolves.)
 	mapfile -t tests < <(for t in "${single_vm_tests[@]}"; do n=$(basename "$t" .sh); echo "${cost[$n]:-300} ${t#"$RXE_RS_ROOT"/}"; done | sort -rn | cut -d' ' -f2-)
 	queue=$results/queue
 	rm -rf "$queue"
@@ -163,7 +185,8 @@ if ((${#single_vm_tests[@]})); then
 	if [[ -n $overlap ]]; then
 		waited_from=$SECONDS
 		until grep -qs '^# suite:' "$pair_dir/suite-a.log" && grep -qs '^# suite:' "$pair_dir/suite-b.log"; do
-			((SECONDS - waited_from < ${RXE_RS_PAIR_BOOT_WAIT:-600})) && kill -0 "$pair_pid" 2>/dev/null || break
+			((SECONDS - waited_from < ${RXE_RS_PAIR_BOOT_WAIT:-600})) || break
+			kill -0 "$pair_pid" 2>/dev/null || break
 			sleep 2
 		done
 		echo "selftests: waited $((SECONDS - waited_from)) s for the pair's guests to reach their scripts; booting the single-VM guests"
@@ -176,12 +199,13 @@ if ((${#single_vm_tests[@]})); then
 	start_guest() {
 		local i=$1 log=$results/selftests-vm$1.log
 		rm -f "$log"
-		# (Not niced beside the pair: at nice 5, 02ec609, the pair's exchanges ran 3x faster, but
+		suite_file "$results/selftests-vm$i.env" RXE_RS_SUITE_LOG="$log" RXE_RS_QUEUE="$queue" -- "${tests[@]}"
+		# (Not niced beside the pair: at nice 5 the pair's exchanges ran 3x faster, but
 		# these guests starved: a hostile_peer victim's READ completed after its 60 s window,
 		# rxe_rs_objects took 1378 s.)
-		"$RXE_RS_ROOT/scripts/vm.sh" --name rxe-selftest$i --rwdir "$results" --timeout "$vm_timeout" --pmem \
+		"$RXE_RS_ROOT/scripts/vm.sh" --name "rxe-selftest$i" --rwdir "$results" --timeout "$vm_timeout" --pmem \
 			--memory "${RXE_RS_VM_MEMORY:-2G}" -- \
-			env "${knobs[@]}" RXE_RS_SUITE_LOG="$log" RXE_RS_QUEUE="$queue" bash "$here/guest/run-suite.sh" "${tests[@]}" \
+			bash "$here/guest/run-suite.sh" --suite "$results/selftests-vm$i.env" \
 			>"$results/selftests-vm$i.console" 2>&1 &
 		pids+=($!)
 		# Shown live, each line marked with its guest.

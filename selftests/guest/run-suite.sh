@@ -6,6 +6,7 @@
 # CPU in a TCG guest, and what leaked is told by the report's allocation backtraces, not by
 # when it is found.
 #   run-suite.sh TEST.sh...
+#   run-suite.sh --suite FILE   (FILE sets the environment and tests=(TEST.sh...); run.sh writes it)
 # With RXE_RS_QUEUE (a directory the host shares writable, the same for several guests), the
 # guests share the list: each runs the next script that no guest has taken yet (taking one is
 # a mkdir there, atomic on the host), so they finish together whatever the scripts cost.
@@ -14,6 +15,12 @@
 # start the script before they exist, and then its output is lost.
 set -u
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+if [[ ${1:-} == --suite ]]; then
+	tests=()
+	# shellcheck source=/dev/null # written by selftests/run.sh
+	source "$2" || exit 1
+	set -- "${tests[@]}"
+fi
 if [[ -n ${RXE_RS_SUITE_LOG:-} ]]; then
 	exec > >(tee "$RXE_RS_SUITE_LOG") 2>&1
 fi
@@ -34,6 +41,8 @@ SPLATS='WARNING:|BUG:|Oops|KASAN|kernel BUG|general protection fault|possible re
 # hangs is killed, so that the log says where it hung.
 dump_state() {
 	echo "# watchdog: $1 still running after $2 s; processes:"
+	# (Kernel threads, whose names are in brackets, left out: pgrep cannot print this table.)
+	# shellcheck disable=SC2009
 	ps -eo pid,ppid,stat,wchan:30,etime,args | grep -v ' \[' | sed 's/^/# ps: /'
 	echo w >/proc/sysrq-trigger
 	sleep 1
