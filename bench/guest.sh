@@ -150,8 +150,10 @@ record_cpu() {
 	local a b mbs
 	a=$(cat "$4.a" 2>/dev/null) b=$(cat "$4.b" 2>/dev/null)
 	mbs=$(awk -F, -v s="$1" -v t="$2" -v n="$3" '$1 == s && $2 == t && $3 == n && $4 == "MB/s" { v = $5 } END { print v }' "$CSV")
-	[[ $a =~ ^[0-9.]+$ && $b =~ ^[0-9.]+$ && $mbs =~ ^[0-9.]+$ ]] && awk -v m="$mbs" 'BEGIN { exit !(m > 0) }' ||
-		{ echo "# $1 $2 $3: no CPU figure (A: $a, B: $b, MB/s: $mbs)"; return 1; }
+	if ! [[ $a =~ ^[0-9.]+$ && $b =~ ^[0-9.]+$ && $mbs =~ ^[0-9.]+$ ]] || ! awk -v m="$mbs" 'BEGIN { exit !(m > 0) }'; then
+		echo "# $1 $2 $3: no CPU figure (A: $a, B: $b, MB/s: $mbs)"
+		return 1
+	fi
 	echo "$1,$2,$3,CPU s/GB,$(awk -v a="$a" -v b="$b" -v m="$mbs" 'BEGIN { printf "%.2f", (a + b) * 1000 / m }')" >>"$CSV"
 }
 
@@ -171,7 +173,10 @@ wanted() { [[ -z ${BENCH_CASES:-} || $1 =~ $BENCH_CASES ]]; }
 stack_pass() {
 	local stack=$1 test size qps bw_sizes=$BW_SIZES lat_sizes=$LAT_SIZES
 	[[ -n $TAG ]] && bw_sizes="4096 65536 1048576" lat_sizes=
-	pair_barrier "$stack-start-$MTU-$PASS" && pair_stack_up_both "$stack" "$stack-$MTU-$PASS" || { echo "# $stack did not come up on both guests"; return; }
+	if ! pair_barrier "$stack-start-$MTU-$PASS" || ! pair_stack_up_both "$stack" "$stack-$MTU-$PASS"; then
+		echo "# $stack did not come up on both guests"
+		return
+	fi
 	for test in ib_send_bw ib_write_bw ib_read_bw; do
 		for size in $bw_sizes; do
 			bench_case "$stack" "$test" "$size" -D 3
@@ -229,11 +234,13 @@ loopback_case() {
 	local server=$!
 	wait_listening 18515 60 || echo "# loopback $stack $test: the server did not listen"
 	# What the case cost in packets, ACKs and doorbells (both ends are this guest's).
-	local counters=$PAIR_RESULTS/counters.$stack-$test-$size${QPS:+-q$QPS}-$(nproc)cpu-$PASS
+	local cpus counters split sampler=
+	cpus=$(nproc)
+	counters=$PAIR_RESULTS/counters.$stack-$test-$size${QPS:+-q$QPS}-${cpus}cpu-$PASS
 	port_counters >"$counters.before"
 	# Where the guest's CPUs went while packets moved (sent_pkts marks the steady part: no
 	# netdev counts packets between QPs of one host): whether the vCPUs had time to spare.
-	local sampler= split=$PAIR_RESULTS/cpu.$stack-$test-$size${QPS:+-q$QPS}-$(nproc)cpu-$PASS
+	split=$PAIR_RESULTS/cpu.$stack-$test-$size${QPS:+-q$QPS}-${cpus}cpu-$PASS
 	if [[ $test != *_lat ]]; then
 		python3 "$RXE_RS_ROOT/bench/cpu_sample.py" "/sys/class/infiniband/$DEV/ports/1/hw_counters/sent_pkts" \
 			"$split.split" >"$split" &
@@ -364,7 +371,7 @@ floor_case() {
 set_mtu() {
 	ip link set dev "$PAIR_DEV" mtu "$1" || echo "# cannot set MTU $1 on $PAIR_DEV"
 	pair_barrier "mtu-$1-$PASS"
-	ping -c1 -W5 -M do -s $(($1 - 28)) "$PAIR_PEER_IP" >/dev/null 2>&1 ||
+	ping -c1 -W5 -M 'do' -s $(($1 - 28)) "$PAIR_PEER_IP" >/dev/null 2>&1 ||
 		echo "# MTU $1: the peer does not answer a ping of that size"
 }
 
@@ -392,4 +399,4 @@ for ((PASS = 1; PASS <= RUNS; PASS++)); do
 	done
 done
 set_mtu 1500
-pair_barrier done
+pair_barrier 'done'

@@ -29,7 +29,7 @@ phase_done "setup (apt, cargo, pip)"
 # rustc itself.
 build_kernel debug
 phase_done "test kernel (cached after the first build)"
-echo "== lints: rustfmt and clippy for the module and the host crates, warnings are errors"
+echo "== lints: rustfmt, clippy, shellcheck, ruff, checkpatch; warnings are errors"
 "$RXE_RS_ROOT/scripts/lint.sh"
 phase_done "lints"
 build_all debug

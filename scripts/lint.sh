@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make lint: formatting and lints over all our Rust, with warnings as errors.
+# make lint: formatting and lints over all our code, with warnings as errors.
+# - shell: shellcheck; Python: ruff check; C: the kernel's checkpatch.pl --strict;
 # - host crates (uapi, proto, provider, hostile peer): cargo fmt, cargo clippy -D warnings;
 # - the module: rustfmt with the kernel's .rustfmt.toml (what `make rustfmtcheck` does for
 #   in-tree code), then a build with the kernel's CLIPPY=1 that fails on any warning it prints
@@ -15,6 +16,14 @@ if git grep -n -i -E '\bstops? [0-9]+\b|\bissues? [0-9]+\b' -- README.md Documen
 	echo "lint: the lines above name a session or an issue: say what is, and why" >&2
 	exit 1
 fi
+echo "lint: shellcheck (every shell script; .shellcheckrc says which checks are off, and why)"
+mapfile -t shell_scripts < <(git ls-files '*.sh' .ci/run scripts/guest-udev/udevadm)
+shellcheck "${shell_scripts[@]}"
+echo "lint: ruff check (every Python file; ruff.toml says which rules)"
+"$RUFF" check --quiet .
+echo "lint: checkpatch --strict (the module's C)"
+mapfile -t c_sources < <(git ls-files '*.c' '*.h')
+perl "$kdir/scripts/checkpatch.pl" --strict --no-tree --terse --quiet --no-summary -f "${c_sources[@]}"
 echo "lint: cargo fmt --check"
 cargo fmt --all --check
 echo "lint: rustfmt --check (module, kernel's .rustfmt.toml)"

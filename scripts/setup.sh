@@ -21,6 +21,8 @@ APT_PACKAGES=(
 	ndctl
 	# benchmark plot
 	gnuplot-nox
+	# make lint's shell checker
+	shellcheck
 )
 
 missing=()
@@ -45,5 +47,10 @@ if ! "$VNG" --version 2>/dev/null | grep -q "$VIRTME_NG_VERSION"; then
 	echo "setup: pip installing virtme-ng $VIRTME_NG_VERSION"
 	python3 -m venv "$RXE_RS_CACHE/venv"
 	"$RXE_RS_CACHE/venv/bin/pip" install -q "virtme-ng==$VIRTME_NG_VERSION"
+fi
+# ruff, make lint's Python checker, in the same venv.
+if ! "$RUFF" --version 2>/dev/null | grep -q "ruff $RUFF_VERSION"; then
+	echo "setup: pip installing ruff $RUFF_VERSION"
+	"$RXE_RS_CACHE/venv/bin/pip" install -q "ruff==$RUFF_VERSION"
 fi
 echo "setup: ok (cache $RXE_RS_CACHE)"

@@ -24,9 +24,9 @@ wait_for 30 gid_present "$DEV" "0000:0000:0000:0000:0000:ffff:0a0b:0001"
 text_range() {
 	local start end a
 	start=$(cat /sys/module/rxe_rs/sections/.text)
-	for a in $(cat /sys/module/rxe_rs/sections/.* /sys/module/rxe_rs/sections/* 2>/dev/null); do
+	while read -r a; do
 		((a > start)) && { [[ -z $end ]] || ((a < end)); } && end=$a
-	done
+	done < <(cat /sys/module/rxe_rs/sections/.* /sys/module/rxe_rs/sections/* 2>/dev/null)
 	[[ -n $end ]] && echo "$start $end"
 }
 

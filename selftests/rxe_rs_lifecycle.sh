@@ -146,8 +146,8 @@ round() {
 
 for ((i = 0; i < ROUNDS; i++)); do
 	action=${ACTIONS[i % ${#ACTIONS[@]}]}
-	kind=write
-	(((i + i / ${#ACTIONS[@]}) % 2)) && kind=read
+	kind='write'
+	(((i + i / ${#ACTIONS[@]}) % 2)) && kind='read'
 	check "round $((i + 1)): $action during a 1 GiB $kind stream" round "$action" "$kind"
 done
 

@@ -43,10 +43,11 @@ forge() {
 # address $5 is on the other end of the device's link.
 attack() {
 	local dev=$1 addr=$2 ns=$3 peer=$4 peer_addr=$5 in=() gid a_qpn b_qpn epsn next from_lo pkts
-	local wrong_peer icrc verdict forgery
+	local wrong_peer icrc verdict forgery words octets fd
 	[[ -n $ns ]] && in=(ip netns exec "$ns")
 	local where=${ns:-the initial namespace}
-	gid=$(gid_index "$dev" "$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' ${addr//./ })")
+	IFS=. read -ra octets <<<"$addr"
+	gid=$(gid_index "$dev" "$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' "${octets[@]}")")
 	coproc VICTIM { "${in[@]}" /usr/bin/python3 -u "$here/guest/local_forger.py" victim "$dev"; }
 	read -r -t 300 a_qpn b_qpn <&"${VICTIM[0]}"
 	echo "# $where: RC pair $a_qpn -> $b_qpn on $dev ($addr, GID index $gid)"
@@ -63,7 +64,8 @@ attack() {
 		wait_for 10 eval "test \$(hw_counter $dev rcvd_wrong_peer)/\$(hw_counter $dev rcvd_icrc_err) = $((wrong_peer + 1))/$icrc"
 	from_lo=$(hw_counter "$dev" rcvd_from_loopback) pkts=$(hw_counter "$dev" rcvd_pkts)
 	for forgery in "send $b_qpn $epsn" "ack $a_qpn $((next - 1))" "mad 1 0"; do
-		set -- $forgery
+		read -ra words <<<"$forgery"
+		set -- "${words[@]}"
 		forge "$ns" "$addr" "$addr" "$2" "$1" "$3" || echo "# the forger failed"
 	done
 	check "$where: the forged SEND, ACK and MAD are dropped and counted (rcvd_from_loopback)" \
@@ -79,7 +81,8 @@ attack() {
 	echo "# victim: $verdict"
 	check "$where: the real peer's SEND lands in the receive, its only completion" \
 		test "$verdict" = "received $(printf realsend | od -An -tx1 | tr -d ' \n') 1 0"
-	exec {VICTIM[1]}>&-
+	fd=${VICTIM[1]}
+	exec {fd}>&-
 	reap "$VICTIM_PID"
 }
 

@@ -160,7 +160,7 @@ echo none >&"${ACKER[1]}"
 read -r -t 60 verdict <&"${ACKER[0]}"
 check "... and complete nothing" test "$verdict" = pending
 send "$ack_qpn" ack:0:1
-echo done >&"${ACKER[1]}"
+echo 'done' >&"${ACKER[1]}"
 read -r -t 60 verdict <&"${ACKER[0]}"
 check "the ACK for the PSN sent completes the WRITE" test "$verdict" = completed
 echo quit >&"${ACKER[1]}"
@@ -197,9 +197,9 @@ reap "$ATOMIC_PID"
 # grants only global visibility: remote access error. An MR of ordinary memory cannot get the
 # persistent right (EINVAL, as with rdma_rxe). A QP without the right asked for: invalid
 # request. An MR without the FLUSH right: remote access error.
-dax=$(pmem_dax) || dax=/dev/no-pmem
-echo "# persistent memory: $dax"
-coproc FLUSH { /usr/bin/python3 -u "$here/guest/flush_target.py" "$DEV" "$gid" "$peer_gid" "$dax"; }
+dax_dev=$(pmem_dax) || dax_dev=/dev/no-pmem
+echo "# persistent memory: $dax_dev"
+coproc FLUSH { /usr/bin/python3 -u "$here/guest/flush_target.py" "$DEV" "$gid" "$peer_gid" "$dax_dev"; }
 read -r -t 300 fqp1 fqp2 fqp3 frkey1 fva1 frkey2 fva2 fqp4 frkey4 fva4 frkey5 fva5 refused <&"${FLUSH[0]}"
 flush1=$(REPLIES=5 send "$fqp1" "flush:0:$fva1:$frkey1:64:1:0,flush:1:0:$frkey1:0:1:1,flush:0:$fva1:$frkey1:64:1:0,flush:2:$fva1:$frkey1:64:2:0" | tr '\n' ';')
 flush2=$(REPLIES=2 send "$fqp2" "flush:0:$fva2:$frkey2:64:1:0" | tr '\n' ';')

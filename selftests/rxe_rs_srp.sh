@@ -68,7 +68,7 @@ login() {
 	host=$(basename /sys/class/srp_remote_ports/port-*) host=${host#port-} host=${host%:*}
 	echo "# SRP host $host: $(cat "/sys/class/scsi_host/host$host/proc_name")"
 	wait_for 60 eval "ls /sys/class/scsi_device/$host:*/device/block/ >/dev/null 2>&1" || return 1
-	dev=$(ls /sys/class/scsi_device/"$host":*/device/block/ | head -n1)
+	dev=$(basename "$(find /sys/class/scsi_device/"$host":*/device/block/ -mindepth 1 -maxdepth 1 | head -n1)")
 	disk=/dev/$dev
 	wait_for 30 test -b "$disk"
 	echo "# $disk: $(cat "/sys/block/$dev/device/vendor" "/sys/block/$dev/device/model" | tr -s ' \n' ' ')"

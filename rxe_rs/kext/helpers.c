@@ -237,15 +237,19 @@ struct ib_udata *rxe_rs_helper_bundle_udata(struct uverbs_attr_bundle *attrs)
 	return attrs ? &attrs->driver_udata : NULL;
 }
 
-/* A ring's VMA: it cannot grow by mremap, and stays out of core dumps (remap_vmalloc_range's
- * flags, which the page-by-page mapping does not set). */
+/*
+ * A ring's VMA: it cannot grow by mremap, and stays out of core dumps (remap_vmalloc_range's
+ * flags, which the page-by-page mapping does not set).
+ */
 void rxe_rs_helper_vma_set_ring_flags(struct vm_area_struct *vma)
 {
 	vm_flags_set(vma, VM_DONTEXPAND | VM_DONTDUMP);
 }
 
-/* Zeroed and charged to the caller's memory cgroup (vmalloc_user cannot charge); the size is
- * the process's choice, so a failure is its ENOMEM and not a warning in the log. */
+/*
+ * Zeroed and charged to the caller's memory cgroup (vmalloc_user cannot charge); the size is
+ * the process's choice, so a failure is its ENOMEM and not a warning in the log.
+ */
 void *rxe_rs_helper_vzalloc_account(unsigned long size)
 {
 	return __vmalloc(size, GFP_KERNEL_ACCOUNT | __GFP_ZERO | __GFP_NOWARN);
@@ -265,8 +269,10 @@ size_t rxe_rs_helper_umem_pages(struct ib_umem *umem, struct page **pages, size_
 	return n;
 }
 
-/* The page of kernel virtual address `addr` (an SGE of a DMA MR: ib_virt_dma_to_page), or NULL
- * if it is not in the linear map (vmalloc, user or bogus addresses). */
+/*
+ * The page of kernel virtual address `addr` (an SGE of a DMA MR: ib_virt_dma_to_page), or NULL
+ * if it is not in the linear map (vmalloc, user or bogus addresses).
+ */
 struct page *rxe_rs_helper_kva_page(u64 addr)
 {
 	if (!virt_addr_valid((void *)(uintptr_t)addr))
@@ -274,9 +280,11 @@ struct page *rxe_rs_helper_kva_page(u64 addr)
 	return ib_virt_dma_to_page(addr);
 }
 
-/* Copies len bytes between buf and page at offset (within one page): how 0 out of the page, 1
+/*
+ * Copies len bytes between buf and page at offset (within one page): how 0 out of the page, 1
  * into it, 2 into it bypassing the CPU caches (persistent memory: memcpy_flushcache, so that a
- * FLUSH for persistence only has to order what was placed). */
+ * FLUSH for persistence only has to order what was placed).
+ */
 void rxe_rs_helper_page_copy(struct page *page, size_t offset, void *buf, size_t len, int how)
 {
 	void *va = kmap_local_page(page);
@@ -290,16 +298,20 @@ void rxe_rs_helper_page_copy(struct page *page, size_t offset, void *buf, size_t
 	kunmap_local(va);
 }
 
-/* Whether page is persistent memory, as the platform describes it (ACPI NFIT, or an e820
- * persistent-memory range); page_to_phys is a macro. */
+/*
+ * Whether page is persistent memory, as the platform describes it (ACPI NFIT, or an e820
+ * persistent-memory range); page_to_phys is a macro.
+ */
 bool rxe_rs_helper_page_is_pmem(struct page *page)
 {
 	return region_intersects(page_to_phys(page), PAGE_SIZE, IORESOURCE_MEM,
 				 IORES_DESC_PERSISTENT_MEMORY) == REGION_INTERSECTS;
 }
 
-/* Writes back the CPU cache lines over len bytes at offset of page (within one page), so that
- * stores there reach persistent memory (a FLUSH for persistence). */
+/*
+ * Writes back the CPU cache lines over len bytes at offset of page (within one page), so that
+ * stores there reach persistent memory (a FLUSH for persistence).
+ */
 void rxe_rs_helper_page_write_back(struct page *page, size_t offset, size_t len)
 {
 	void *va = kmap_local_page(page);
@@ -308,15 +320,19 @@ void rxe_rs_helper_page_write_back(struct page *page, size_t offset, size_t len)
 	kunmap_local(va);
 }
 
-/* Orders and completes this CPU's stores around the caches and cache write-backs (sfence on
- * x86), as the pmem driver does before it calls data durable; a macro. */
+/*
+ * Orders and completes this CPU's stores around the caches and cache write-backs (sfence on
+ * x86), as the pmem driver does before it calls data durable; a macro.
+ */
 void rxe_rs_helper_pmem_wmb(void)
 {
 	pmem_wmb();
 }
 
-/* Whether this architecture can write CPU caches back to persistent memory at all (without
- * it, arch_wb_cache_pmem does nothing and memcpy_flushcache is a plain memcpy). */
+/*
+ * Whether this architecture can write CPU caches back to persistent memory at all (without
+ * it, arch_wb_cache_pmem does nothing and memcpy_flushcache is a plain memcpy).
+ */
 bool rxe_rs_helper_has_pmem_api(void)
 {
 	return IS_ENABLED(CONFIG_ARCH_HAS_PMEM_API);
@@ -408,6 +424,7 @@ u64 rxe_rs_helper_page_atomic64(struct page *page, size_t offset, int op, u64 a,
 		orig = atomic64_fetch_add(a, (atomic64_t *)p);
 		break;
 	default:
+		/* ATOMIC WRITE: visible only after every write the QP executed before it. */
 		smp_store_release(p, a);
 		break;
 	}
@@ -416,10 +433,12 @@ u64 rxe_rs_helper_page_atomic64(struct page *page, size_t offset, int op, u64 a,
 }
 
 /* Transmit: an skb with room for the link-layer header, `len` bytes of datagram put. */
-/* Headroom for any link header and tunnel encapsulation (MAX_HEADER), not only ndev's: a
+/*
+ * Headroom for any link header and tunnel encapsulation (MAX_HEADER), not only ndev's: a
  * datagram may go in a batch, whose later members are segmented off at whatever device splits
  * it (a VLAN tag pushed in software, a tunnel's underlay), which pushes its link header, and
- * the tunnel's, into each one's own headroom without expanding it. */
+ * the tunnel's, into each one's own headroom without expanding it.
+ */
 struct sk_buff *rxe_rs_helper_alloc_tx_skb(struct net_device *ndev, unsigned int len)
 {
 	unsigned int headroom = LL_RESERVED_SPACE(ndev) + MAX_HEADER;
@@ -447,8 +466,10 @@ struct dst_entry *rxe_rs_helper_route_v4(struct net_device *ndev, const u8 *sadd
 
 	memcpy(&fl.saddr, saddr, 4);
 	memcpy(&fl.daddr, daddr, 4);
-	/* The namespace read and used under RCU: a netdev moved to another namespace does not
-	 * wait for its references, and the old namespace may go meanwhile. */
+	/*
+	 * The namespace read and used under RCU: a netdev moved to another namespace does not
+	 * wait for its references, and the old namespace may go meanwhile.
+	 */
 	rcu_read_lock();
 	rt = ip_route_output_key(dev_net(ndev), &fl);
 	rcu_read_unlock();
@@ -475,9 +496,11 @@ struct dst_entry *rxe_rs_helper_route_v6(struct net_device *ndev, const u8 *sadd
 #endif
 }
 
-/* The device holding local address `addr` in the namespace of `in` (traffic between QPs of
+/*
+ * The device holding local address `addr` in the namespace of `in` (traffic between QPs of
  * this host comes back through the loopback device), with a reference taken; NULL if no device
- * has it. */
+ * has it.
+ */
 struct net_device *rxe_rs_helper_dev_by_local_addr_v4(const struct net_device *in, const u8 *addr)
 {
 	struct net_device *ndev;
@@ -576,8 +599,10 @@ unsigned int rxe_rs_helper_num_possible_cpus(void)
 	return num_possible_cpus();
 }
 
-/* Links `skb`, a datagram built like `head` (data at its IP header), into the frag_list of the
- * batch `head` leads, after `tail` (NULL for the first). `head` then owns it. */
+/*
+ * Links `skb`, a datagram built like `head` (data at its IP header), into the frag_list of the
+ * batch `head` leads, after `tail` (NULL for the first). `head` then owns it.
+ */
 void rxe_rs_helper_batch_link(struct sk_buff *head, struct sk_buff *tail, struct sk_buff *skb,
 			      bool ipv6)
 {
@@ -593,12 +618,14 @@ void rxe_rs_helper_batch_link(struct sk_buff *head, struct sk_buff *tail, struct
 	head->truesize += skb->truesize;
 }
 
-/* Sends a complete IP datagram (skb->data at the IP header) along `dst`, whose reference the
+/*
+ * Sends a complete IP datagram (skb->data at the IP header) along `dst`, whose reference the
  * skb takes. With `segs` > 1 the skb leads a batch (rxe_rs_helper_batch_link): it goes as one
  * UDP GSO skb of the fraglist kind, so the IP layers, the qdisc and the driver's kick are
  * passed once; segmentation (in software, at the device) hands each datagram on as it was
  * built, but for the IPv4 ID (the head's plus its index) and the length and checksum fields,
- * which it sets. CHECKSUM_UNNECESSARY: UDP's checksum is 0, the ICRC covers the packet. */
+ * which it sets. CHECKSUM_UNNECESSARY: UDP's checksum is 0, the ICRC covers the packet.
+ */
 int rxe_rs_helper_ip_local_out(struct sk_buff *skb, struct dst_entry *dst, bool ipv6,
 			       unsigned int segs)
 {
@@ -618,9 +645,12 @@ int rxe_rs_helper_ip_local_out(struct sk_buff *skb, struct dst_entry *dst, bool 
 		shinfo->gso_segs = segs;
 		shinfo->gso_type = SKB_GSO_UDP_L4 | SKB_GSO_FRAGLIST;
 		skb->ip_summed = CHECKSUM_UNNECESSARY;
-		/* The whole batch's UDP length, as GRO leaves its skbs: a device that passes GSO skbs on
-		 * (veth, a bridge) may deliver it unsegmented to a UDP stack, which trims the skb to
-		 * that length before it segments it. Segmentation puts the head's own back. */
+		/*
+		 * The whole batch's UDP length, as GRO leaves its skbs: a device that passes GSO
+		 * skbs on (veth, a bridge) may deliver it unsegmented to a UDP stack, which trims
+		 * the skb to that length before it segments it. Segmentation puts the head's own
+		 * back.
+		 */
 		udp_hdr(skb)->len = htons(skb->len - l3);
 	}
 	/* net_xmit_eval() evaluates its argument twice: call once, then map. */

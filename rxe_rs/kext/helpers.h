@@ -82,8 +82,10 @@ void rxe_rs_helper_link_lock(void);
 void rxe_rs_helper_link_unlock(void);
 
 void *rxe_rs_helper_vzalloc_account(unsigned long size);
-/* The nest of driver attributes in an `rdma resource` netlink message (nla_nest_start/end are
- * static inline). Start returns NULL when the message is full. */
+/*
+ * The nest of driver attributes in an `rdma resource` netlink message (nla_nest_start/end are
+ * static inline). Start returns NULL when the message is full.
+ */
 struct nlattr *rxe_rs_helper_driver_nest_start(struct sk_buff *msg);
 void rxe_rs_helper_nest_end(struct sk_buff *msg, struct nlattr *nest);
 void rxe_rs_helper_nest_cancel(struct sk_buff *msg, struct nlattr *nest);

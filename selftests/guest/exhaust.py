@@ -285,7 +285,7 @@ def async_events_bounded(ctx):
     fd = async_event_fd()
     drain_events(ctx, fd, quiet=0.5)
     sides = []
-    for i in range(32):
+    for _ in range(32):
         a, b = Side(ctx, cqe=1), Side(ctx)
         connected(ctx, a, b)
         remote = b.mr(64)

@@ -18,7 +18,7 @@ import time
 from pyverbs.mr import MW, MWBind, MWBindInfo
 from pyverbs.pyverbs_error import PyverbsRDMAError
 from pyverbs.qp import QPAttr
-from pyverbs.wr import RecvWR, SGE, SendWR
+from pyverbs.wr import RecvWR, SGE
 import pyverbs.enums as e
 
 from rdma_data import Failed, Side, connected, expect, expect_status, pair, pattern, run_checks, wait_event
@@ -529,7 +529,9 @@ def local_ops_under_producer_chase(ctx):
         # What the child posted after the last run that used up its budget waits for a
         # doorbell, as any post does: this WRITE's.
         _src = a.start_data(e.IBV_WR_RDMA_WRITE, pattern(64, 6), b.probe, wr_id=0x54)
-        drained = lambda: u32(sq + CONSUMER).value == u32(sq + PRODUCER).value
+        def drained():
+            return u32(sq + CONSUMER).value == u32(sq + PRODUCER).value
+
         poll_for(60, lambda: drained() and completions and completions[-1][0] == 0x54)
         poll_for(1)
         failed = [(wr_id, status) for wr_id, status in completions if status != e.IBV_WC_SUCCESS]

@@ -1,5 +1,6 @@
 # shellcheck shell=bash
 # Helpers for the in-guest tests (sourced). KDIR and RXE_RS_ROOT come from scripts/vm.sh.
+# shellcheck source=/dev/null # the kernel tree's, found in the guest
 source "$KDIR/tools/testing/selftests/kselftest/ktap_helpers.sh"
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 # The CPU's CRC32 driver (the ICRC's), which udev's CPU modalias loads on a host booted with

@@ -16,8 +16,8 @@ pair_link() {
 	PAIR_DEV=$dev
 	PAIR_PEER_IP=10.10.0.$peer
 	PAIR_MY_IP=10.10.0.$me
-	PAIR_PEER_IP6=fd10::$peer
-	PAIR_MY_IP6=fd10::$me
+	# shellcheck disable=SC2034 # for the scripts that source this file
+	PAIR_PEER_IP6=fd10::$peer PAIR_MY_IP6=fd10::$me
 }
 
 # Waits (up to S seconds) until the peer answers ping: both guests are up and the link works.
@@ -45,7 +45,9 @@ wait_listening() {
 
 # The index of the RoCEv2 GID of our IPv4 address on ib device $1.
 ipv4_gid_index() {
-	gid_index "$1" "0000:0000:0000:0000:0000:ffff:$(printf '%02x%02x:%02x%02x' ${PAIR_MY_IP//./ })"
+	local octets
+	IFS=. read -ra octets <<<"$PAIR_MY_IP"
+	gid_index "$1" "0000:0000:0000:0000:0000:ffff:$(printf '%02x%02x:%02x%02x' "${octets[@]}")"
 }
 
 # Both guests reach the named point (marker files in the shared results directory).
@@ -213,7 +215,8 @@ pair_run_bounded() {
 kill_tree() {
 	local child p left=
 	kill -STOP "$1" 2>/dev/null # (no new children meanwhile)
-	local tree=("$1" $(pgrep -P "$1"))
+	local tree=("$1")
+	mapfile -t -O 1 tree < <(pgrep -P "$1")
 	for child in "${tree[@]:1}"; do
 		kill_tree "$child"
 	done

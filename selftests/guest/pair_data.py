@@ -184,7 +184,7 @@ def server(end, chan, size):
         chan.recv()  # the client is about to send
         # Fill first: the client's READ step below reads this back.
         end.mr.write(data(7, size), size, 0)
-        for i, n in enumerate(SEND_SIZES):
+        for i, _ in enumerate(SEND_SIZES):
             end.qp.post_recv(RecvWR(wr_id=i, num_sge=1, sg=[SGE(end.mr.buf + i * CHUNK, CHUNK, end.mr.lkey)]))
         chan.send(ready=True)
         wcs = sorted(end.poll(len(SEND_SIZES), "receives"), key=lambda wc: wc.wr_id)

@@ -509,8 +509,16 @@ def remote_access_error(opcode, access, rkey_of, addr_of, length):
 
 WRITE, READ = e.IBV_WR_RDMA_WRITE, e.IBV_WR_RDMA_READ
 RO = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ
-wrong_key = lambda mr: mr.rkey ^ 0x80      # same index, another key byte
-start = lambda mr: mr.buf
+
+
+def wrong_key(mr):
+    return mr.rkey ^ 0x80  # same index, another key byte
+
+
+def start(mr):
+    return mr.buf
+
+
 CHECKS = {
     "write_sge_list_to_mr_end": write_sge_list_to_mr_end,
     "read_into_sge_list": read_into_sge_list,

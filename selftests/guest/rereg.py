@@ -13,7 +13,7 @@ from pyverbs.pd import PD
 from pyverbs.pyverbs_error import PyverbsRDMAError
 import pyverbs.enums as e
 
-from rdma_data import GUARD, Failed, Side, connected, expect, expect_status, first_diff, pair, pattern, run_checks
+from rdma_data import Failed, Side, connected, expect, expect_status, first_diff, pair, pattern, run_checks
 from mw import BINDABLE, REMOTE, SIZE, WIN_LEN, WIN_OFF, bind_type1, expect_bound, expect_untouched, post_write
 
 RW = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE

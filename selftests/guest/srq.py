@@ -23,7 +23,7 @@ from pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
 from pyverbs.wr import RecvWR, SGE
 import pyverbs.enums as e
 
-from rdma_data import (Failed, Side, connected, expect, expect_status, first_diff, pattern,
+from rdma_data import (Side, connected, expect, expect_status, first_diff, pattern,
                        port_counter, run_checks, wait_event)
 from ud import GRH, UdSide, gid_index, sent_ok
 
@@ -167,7 +167,8 @@ def srq_resize(ctx):
            "the device does not advertise IBV_DEVICE_SRQ_RESIZE")
     size = srq.query().max_wr
     bufs = Buffers(receiver, 70)
-    keep, received = [], 0
+    keep = []
+    received = 0
 
     def exchange(wr_ids):
         nonlocal received
@@ -224,7 +225,7 @@ def srq_resize(ctx):
     exchange(range(60, 68))
     n, _ = receiver.cq.poll(1)
     expect(n == 0, "a receive completion too many")
-    del keep
+    keep.clear()
 
 
 def srq_rnr_waits_for_a_post(ctx):

@@ -101,7 +101,6 @@ def qp_caps(ctx):
     if other.qp_num == qp.qp_num:
         sys.exit("two QPs share a number")
     dev = ctx.query_device()
-    from pyverbs.qp import QPCap
     expect_errno(errno.EINVAL, lambda: new_rc_qp(ctx, pd, cq, max_send_wr=dev.max_qp_wr + 1))
     expect_errno(errno.EINVAL, lambda: new_rc_qp(ctx, pd, cq, max_send_sge=dev.max_sge + 1))
 

@@ -72,7 +72,9 @@ data_exchange() {
 # Every exchange of the pairing moved data and the relay did damage: on A, the relay's counts
 # grew in every kind; on B (the requester of the data exchange), its stack retransmitted.
 damage_done() {
-	local -a before=($1) after=($(relay_counts))
+	local -a before after
+	read -ra before <<<"$1"
+	read -ra after <<<"$(relay_counts)"
 	local i
 	echo "# relay (RoCE frames, both ways): lost $((after[0] - before[0])), duplicated $((after[1] - before[1])), delayed $((after[2] - before[2])), corrupted $((after[3] - before[3]))"
 	for i in 0 1 2 3; do
@@ -127,7 +129,7 @@ pairing() {
 # (RXE_RS_LOSSY_BASELINE=1) adds rxe_rs on both ends, rxe_rs serving rdma_rxe, and rdma_rxe on
 # both ends as the yardstick.
 if [[ -n ${RXE_RS_LOSSY_PAIRINGS:-} ]]; then
-	pairings=($RXE_RS_LOSSY_PAIRINGS)
+	read -ra pairings <<<"$RXE_RS_LOSSY_PAIRINGS"
 elif [[ -n $BASELINE ]]; then
 	pairings=(rxe_rs-rxe_rs rxe_rs-rdma_rxe rdma_rxe-rxe_rs rdma_rxe-rdma_rxe)
 else
