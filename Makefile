@@ -8,6 +8,9 @@
 #   make provider        the libibverbs provider (librxe_rs-rdmav34.so)
 #   make test-tools      programs the VM tests run in the guest (the hostile peer, test modules)
 #   make install         install module and provider on this machine
+#   make deb             Debian packages in target/deb/: rxe-rs-dkms and librxe-rs (the provider)
+#   make dkms            this tree into DKMS, built and installed for the running kernel
+#                        (KERNELVER=... for another); make dkms-remove takes it out
 #   make run             the demo: two VMs, rxers0 on each, ibv_devinfo, ibv_rc_pingpong, ib_write_bw
 #   make clippy          the module through clippy (the kernel's CLIPPY=1, with rustc-web's clippy)
 #   make lint            rustfmt + clippy (module and host crates), warnings are errors
@@ -32,7 +35,7 @@ KDIR ?= $(shell $(ROOT)/scripts/kernel.sh path $(KFLAVOR))
 KDIR_DEP := $(if $(filter $(RXE_RS_CACHE)/%,$(KDIR)),$(KDIR)/.rxe_rs-built)
 KMAKE = $(MAKE) -C $(KDIR) M=$(ROOT) $(KMAKE_TOOLS)
 
-.PHONY: all module provider test-tools kdir kernel clean install setup run check test unit-test selftest bench clippy lint soak check-quick
+.PHONY: all module provider test-tools kdir kernel clean install deb dkms dkms-remove setup run check test unit-test selftest bench clippy lint soak check-quick
 
 all: module provider
 
@@ -87,6 +90,15 @@ install: module provider
 	$(KMAKE) modules_install
 	depmod -a $(shell $(MAKE) -s -C $(KDIR) kernelrelease)
 	$(ROOT)/scripts/install-provider.sh
+
+deb:
+	$(ROOT)/scripts/package.sh deb
+
+dkms:
+	$(ROOT)/scripts/package.sh dkms $(KERNELVER)
+
+dkms-remove:
+	$(ROOT)/scripts/package.sh dkms-remove
 
 setup:
 	$(ROOT)/scripts/setup.sh

@@ -33,7 +33,13 @@ echo "== lints: rustfmt, clippy, shellcheck, ruff, checkpatch; warnings are erro
 "$RXE_RS_ROOT/scripts/lint.sh"
 phase_done "lints"
 build_all debug
-phase_done "build (module, provider)"
+# The packages, and DKMS's build of the module for the test kernel (selftests/rxe_rs_package.sh).
+if [[ -z $quick ]]; then
+	kdir=$("$RXE_RS_ROOT/scripts/kernel.sh" path debug)
+	make -s -C "$RXE_RS_ROOT" deb >/dev/null
+	"$RXE_RS_ROOT/scripts/package.sh" dkms-binaries "$(cat "$kdir/include/config/kernel.release")" "$kdir" >/dev/null
+fi
+phase_done "build (module, provider, packages)"
 
 echo "== host unit tests (cargo test)"
 cargo test --locked --workspace --release

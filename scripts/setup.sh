@@ -23,6 +23,8 @@ APT_PACKAGES=(
 	gnuplot-nox
 	# make lint's shell checker
 	shellcheck
+	# make deb and make dkms (cargo-web: Debian's cargo for rustc-web, debian/control's build tool)
+	dpkg-dev debhelper dh-dkms dkms cargo-web
 )
 
 missing=()

@@ -3,7 +3,8 @@
 # the time is up: the hostile peer with many more packets, the hostile local user, the local
 # attacker forging through lo, SRP (a kernel consumer polling with interrupts off), the life
 # cycle under traffic with more rounds, allocation failures, exhaustion up to max_pd, max_qp and
-# max_mr with 100000 reg/dereg cycles, and the lossy link with more data in all three pairings
+# max_mr with 100000 reg/dereg cycles, the packages with DKMS compiling the module in the
+# guest, and the lossy link with more data in all three pairings
 # (make check runs rdma_rxe serving rxe_rs) and rdma_rxe on both ends as the yardstick. The first
 # round also runs every interop exchange and NVMe-oF in all three pairings (make check runs a
 # short profile of each), and rdma-core's pyverbs suite on rdma_rxe beside rxe_rs (make check
@@ -16,6 +17,7 @@ source "$RXE_RS_ROOT/scripts/lib/build.sh"
 minutes=${SOAK_MINUTES:-30}
 "$RXE_RS_ROOT/scripts/setup.sh"
 build_all debug
+make -s -C "$RXE_RS_ROOT" deb >/dev/null
 # The long profile (make check runs the short one: 8000 packets, 8 life-cycle rounds, 2000
 # reg/dereg cycles and no object to its limit, 1 MiB over one lossy pairing). One round takes
 # 2-3 h under TCG, depending on the host.
@@ -27,6 +29,9 @@ export RXE_RS_EXHAUST_CYCLES=${RXE_RS_EXHAUST_CYCLES:-100000}
 export RXE_RS_EXHAUST_FULL=1
 export RXE_RS_FAULT_ROUNDS=${RXE_RS_FAULT_ROUNDS:-40}
 export RXE_RS_INTEROP_FULL=1 RXE_RS_PYVERBS_LIVE=1 RXE_RS_NVMEOF_FULL=1
+# The packages' test compiles the module in the guest with DKMS (make check compiles it on the
+# host): 25-30 min under TCG.
+export RXE_RS_PACKAGE_COMPILE=1
 # A million packets take 30-55 min under TCG, the full exhaustion checks 50-90 (65536 QPs were
 # created and destroyed in 1432 s on one day, 2345 s on a slower one, and the MRs come after).
 export RXE_RS_TEST_TIMEOUT=${RXE_RS_TEST_TIMEOUT:-7200}
@@ -45,7 +50,7 @@ while ((round == 0 || SECONDS < end)); do
 	once=()
 	((round == 1)) && once=("$RXE_RS_ROOT"/selftests/{rxe_rs_pyverbs,pair/interop,pair/nvmeof}.sh)
 	# (interop before the lossy link: a lossy_link killed at its limit leaves the link impaired.)
-	if ! "$RXE_RS_ROOT/selftests/run.sh" "$RXE_RS_ROOT"/selftests/rxe_rs_{hostile_peer,hostile,local_forger,srp,lifecycle,faults,exhaust}.sh \
+	if ! "$RXE_RS_ROOT/selftests/run.sh" "$RXE_RS_ROOT"/selftests/rxe_rs_{hostile_peer,hostile,local_forger,srp,lifecycle,faults,exhaust,package}.sh \
 		"${once[@]}" "$RXE_RS_ROOT/selftests/pair/lossy_link.sh"; then
 		echo "soak: round $round failed (logs: $RXE_RS_RESULTS)"
 		exit 1

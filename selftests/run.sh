@@ -35,7 +35,7 @@ fi
 # The tests' knobs, passed on into the guests (profiles: make check's short one, make soak's).
 knobs=()
 for v in RXE_RS_HOSTILE_PACKETS RXE_RS_LOSSY_MIB RXE_RS_IMPAIRMENT RXE_RS_LOSSY_BASELINE RXE_RS_LOSSY_PAIRINGS RXE_RS_LIFECYCLE_ROUNDS \
-	RXE_RS_EXHAUST_CYCLES RXE_RS_EXHAUST_FULL RXE_RS_FAULT_ROUNDS RXE_RS_TEST_TIMEOUT RXE_RS_INTEROP_CASES RXE_RS_INTEROP_FULL RXE_RS_NVMEOF_FULL RXE_RS_PYVERBS_LIVE; do
+	RXE_RS_EXHAUST_CYCLES RXE_RS_EXHAUST_FULL RXE_RS_FAULT_ROUNDS RXE_RS_TEST_TIMEOUT RXE_RS_INTEROP_CASES RXE_RS_INTEROP_FULL RXE_RS_NVMEOF_FULL RXE_RS_PYVERBS_LIVE RXE_RS_PACKAGE_COMPILE; do
 	[[ -n ${!v:-} ]] && knobs+=("$v=${!v}")
 done
 
@@ -159,12 +159,13 @@ if ((${#single_vm_tests[@]})); then
 	# next script no guest has taken (run-suite.sh, RXE_RS_QUEUE), so they end together.
 	declare -A cost=([rxe_rs_exhaust]=120 [rxe_rs_pyverbs]=205 [rxe_rs_recv]=372 [rxe_rs_cm]=277
 		[rxe_rs_objects]=250 [rxe_rs_netns]=345 [rxe_rs_data]=318 [rxe_rs_faults]=225 [rxe_rs_link]=215
-		[rxe_rs_ud]=175 [rxe_rs_hostile]=169 [rxe_rs_mr]=144)
+		[rxe_rs_ud]=175 [rxe_rs_hostile]=169 [rxe_rs_mr]=144 [rxe_rs_package]=360)
 	# The knobs (make soak's long profile) change what these cost: 100000 packets took 1047 s
 	# at 24ca8e9; 8 life-cycle rounds took 627 s at a034b56, on the slower machine.
 	cost[rxe_rs_hostile_peer]=$((180 + ${RXE_RS_HOSTILE_PACKETS:-8000} / 116))
 	[[ -n ${RXE_RS_EXHAUST_FULL:-} ]] && cost[rxe_rs_exhaust]=2400
 	[[ -n ${RXE_RS_PYVERBS_LIVE:-} ]] && cost[rxe_rs_pyverbs]=410
+	[[ -n ${RXE_RS_PACKAGE_COMPILE:-} ]] && cost[rxe_rs_package]=1800
 	cost[rxe_rs_lifecycle]=$((70 + 30 * ${RXE_RS_LIFECYCLE_ROUNDS:-8}))
 	vms=${RXE_RS_VMS:-2}
 	((vms > ${#single_vm_tests[@]})) && vms=${#single_vm_tests[@]}

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Packages of rxe_rs, the way out-of-tree modules reach users.
+#   package.sh deb            Debian packages in target/deb/: rxe-rs-dkms (the module's source,
+#                             which DKMS builds for each kernel) and librxe-rs (the provider)
+#   package.sh dkms [KVER]    this tree into /usr/src/rxe_rs-VERSION, then dkms add, build and
+#                             install for kernel KVER (default: the running one)
+#   package.sh dkms-remove    dkms remove --all, and the tree out of /usr/src
+#   package.sh dkms-binaries KVER KDIR
+#                             DKMS's build of the packaged source for kernel KVER (build tree
+#                             KDIR), in a private DKMS tree, as DKMS's binaries-only tarball
+#                             target/deb/rxe_rs-VERSION.dkms.tar.gz (make check's
+#                             rxe_rs_package: the compile is native here, minutes under TCG)
+# The version is debian/changelog's; dkms.conf and Cargo.toml must say the same.
+set -euo pipefail
+source "$(dirname "$0")/lib/env.sh"
+cd "$RXE_RS_ROOT"
+
+version=$(dpkg-parsechangelog -S Version)
+dkms_version=$(sed -n 's/^PACKAGE_VERSION="\(.*\)"$/\1/p' dkms.conf)
+cargo_version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml)
+if [[ ! ($version == "$dkms_version" && $version == "$cargo_version") ]]; then
+	echo "package: versions differ: debian/changelog $version, dkms.conf $dkms_version, Cargo.toml $cargo_version" >&2
+	exit 1
+fi
+
+# The module's source as DKMS builds it (debian/rules installs the same files).
+module_source() {
+	local dest=$1
+	mkdir -p "$dest/scripts"
+	git ls-files -z --cached --others --exclude-standard -- Kbuild dkms.conf rxe_rs uapi |
+		xargs -0 cp --parents -t "$dest"
+	install -m 0755 scripts/dkms-build.sh "$dest/scripts/"
+}
+
+case ${1:-} in
+deb)
+	out=$RXE_RS_ROOT/target/deb
+	stage=$out/rxe-rs-$version
+	rm -rf "$out"
+	mkdir -p "$stage"
+	# A copy of the tree as git sees it (committed or not, ignored files left out):
+	# dpkg-buildpackage writes beside the tree, and must not see our build products.
+	git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$stage"
+	(cd "$stage" && CARGO_TARGET_DIR=$RXE_RS_ROOT/target dpkg-buildpackage -b -us -uc >"$out/build.log" 2>&1) || {
+		tail -30 "$out/build.log" >&2
+		echo "package: dpkg-buildpackage failed (log: $out/build.log)" >&2
+		exit 1
+	}
+	rm -rf "$stage"
+	ls "$out"/*.deb
+	;;
+dkms)
+	kver=${2:-$(uname -r)}
+	src=/usr/src/rxe_rs-$version
+	if dkms status -m rxe_rs -v "$version" | grep -q .; then
+		dkms remove -m rxe_rs -v "$version" --all
+	fi
+	rm -rf "$src"
+	module_source "$src"
+	dkms add -m rxe_rs -v "$version"
+	dkms build -m rxe_rs -v "$version" -k "$kver"
+	dkms install -m rxe_rs -v "$version" -k "$kver"
+	;;
+dkms-binaries)
+	kver=$2 kdir=$3
+	deb=$RXE_RS_ROOT/target/deb/rxe-rs-dkms_${version}_all.deb
+	[[ -e $deb ]] || { echo "package: $deb is missing: make deb first" >&2; exit 1; }
+	work=$(mktemp -d)
+	trap 'rm -rf "$work"' EXIT
+	trees=(--dkmstree "$work/tree" --sourcetree "$work/src" --installtree "$work/install")
+	dpkg-deb -x "$deb" "$work/deb"
+	mkdir -p "$work/tree" "$work/src" "$work/install"
+	cp -a "$work/deb/usr/src/rxe_rs-$version" "$work/src/"
+	dkms add "${trees[@]}" -m rxe_rs -v "$version" >/dev/null
+	dkms build "${trees[@]}" -m rxe_rs -v "$version" -k "$kver" --kernelsourcedir "$kdir" >"$work/build.log" 2>&1 || {
+		cat "$work/build.log" "$work"/tree/rxe_rs/*/build/make.log >&2 || true
+		exit 1
+	}
+	dkms mktarball "${trees[@]}" -m rxe_rs -v "$version" -k "$kver" --binaries-only \
+		--archive "rxe_rs-$version.dkms.tar.gz" >/dev/null
+	cp "$work/tree/rxe_rs/$version/tarball/rxe_rs-$version.dkms.tar.gz" "$RXE_RS_ROOT/target/deb/"
+	ls "$RXE_RS_ROOT/target/deb/rxe_rs-$version.dkms.tar.gz"
+	;;
+dkms-remove)
+	if dkms status -m rxe_rs -v "$version" | grep -q .; then
+		dkms remove -m rxe_rs -v "$version" --all
+	fi
+	rm -rf "/usr/src/rxe_rs-$version"
+	;;
+*)
+	sed -n '2,13s/^# \{0,1\}//p' "$0" >&2
+	exit 2
+	;;
+esac
