@@ -33,16 +33,11 @@ echo "== lints: rustfmt, clippy, shellcheck, ruff, checkpatch; warnings are erro
 "$RXE_RS_ROOT/scripts/lint.sh"
 phase_done "lints"
 build_all debug
-# The packages, and DKMS's build of the module for the test kernel (selftests/rxe_rs_package.sh).
-if [[ -z $quick ]]; then
-	kdir=$("$RXE_RS_ROOT/scripts/kernel.sh" path debug)
-	make -s -C "$RXE_RS_ROOT" deb >/dev/null
-	"$RXE_RS_ROOT/scripts/package.sh" dkms-binaries "$(cat "$kdir/include/config/kernel.release")" "$kdir" >/dev/null
-fi
-phase_done "build (module, provider, packages)"
+phase_done "build (module, provider)"
 
-echo "== host unit tests (cargo test)"
+echo "== host unit tests (cargo test), DKMS's refusals"
 cargo test --locked --workspace --release
+"$RXE_RS_ROOT/selftests/host/dkms_refusals.sh" "$("$RXE_RS_ROOT/scripts/kernel.sh" path debug)"
 phase_done "host unit tests"
 
 echo "== VM selftests"

@@ -10,10 +10,13 @@
 #                             KDIR), in a private DKMS tree, as DKMS's binaries-only tarball
 #                             target/deb/rxe_rs-VERSION.dkms.tar.gz (make check's
 #                             rxe_rs_package: the compile is native here, minutes under TCG)
-# The version is debian/changelog's; dkms.conf and Cargo.toml must say the same.
+# The version is debian/changelog's; dkms.conf and Cargo.toml must say the same. DKMS builds
+# with the bindgen scripts/setup.sh installed (BINDGEN), when it finds no other.
 set -euo pipefail
 source "$(dirname "$0")/lib/env.sh"
 cd "$RXE_RS_ROOT"
+export BINDGEN
+git rev-parse --git-dir >/dev/null 2>&1 || { echo "package: needs the git tree (its file list)" >&2; exit 1; }
 
 version=$(dpkg-parsechangelog -S Version)
 dkms_version=$(sed -n 's/^PACKAGE_VERSION="\(.*\)"$/\1/p' dkms.conf)
@@ -23,13 +26,30 @@ if [[ ! ($version == "$dkms_version" && $version == "$cargo_version") ]]; then
 	exit 1
 fi
 
+# Copies the tracked files under PATHS (as they are in the working tree) to DEST.
+copy_tracked() {
+	local dest=$1 file
+	shift
+	git ls-files -z -- "$@" | while IFS= read -r -d '' file; do
+		[[ -e $file ]] && cp --parents -t "$dest" "$file"
+	done
+}
+
 # The module's source as DKMS builds it (debian/rules installs the same files).
 module_source() {
 	local dest=$1
 	mkdir -p "$dest/scripts"
-	git ls-files -z --cached --others --exclude-standard -- Kbuild dkms.conf rxe_rs uapi |
-		xargs -0 cp --parents -t "$dest"
+	copy_tracked "$dest" Kbuild dkms.conf rxe_rs uapi
 	install -m 0755 scripts/dkms-build.sh "$dest/scripts/"
+}
+
+# make dkms works on the source in /usr/src, which is the rxe-rs-dkms package's once that is
+# installed: then leave it to the package (apt purge rxe-rs-dkms).
+not_packaged() {
+	if dpkg-query -S "/usr/src/rxe_rs-$version" >/dev/null 2>&1; then
+		echo "package: /usr/src/rxe_rs-$version belongs to the rxe-rs-dkms package: apt purge rxe-rs-dkms first" >&2
+		exit 1
+	fi
 }
 
 case ${1:-} in
@@ -38,9 +58,9 @@ deb)
 	stage=$out/rxe-rs-$version
 	rm -rf "$out"
 	mkdir -p "$stage"
-	# A copy of the tree as git sees it (committed or not, ignored files left out):
-	# dpkg-buildpackage writes beside the tree, and must not see our build products.
-	git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$stage"
+	# A copy of the tracked files as they are in the working tree: dpkg-buildpackage writes
+	# beside the tree, and must not see our build products.
+	copy_tracked "$stage" .
 	(cd "$stage" && CARGO_TARGET_DIR=$RXE_RS_ROOT/target dpkg-buildpackage -b -us -uc >"$out/build.log" 2>&1) || {
 		tail -30 "$out/build.log" >&2
 		echo "package: dpkg-buildpackage failed (log: $out/build.log)" >&2
@@ -50,6 +70,7 @@ deb)
 	ls "$out"/*.deb
 	;;
 dkms)
+	not_packaged
 	kver=${2:-$(uname -r)}
 	src=/usr/src/rxe_rs-$version
 	if dkms status -m rxe_rs -v "$version" | grep -q .; then
@@ -82,6 +103,7 @@ dkms-binaries)
 	ls "$RXE_RS_ROOT/target/deb/rxe_rs-$version.dkms.tar.gz"
 	;;
 dkms-remove)
+	not_packaged
 	if dkms status -m rxe_rs -v "$version" | grep -q .; then
 		dkms remove -m rxe_rs -v "$version" --all
 	fi

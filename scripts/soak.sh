@@ -17,7 +17,6 @@ source "$RXE_RS_ROOT/scripts/lib/build.sh"
 minutes=${SOAK_MINUTES:-30}
 "$RXE_RS_ROOT/scripts/setup.sh"
 build_all debug
-make -s -C "$RXE_RS_ROOT" deb >/dev/null
 # The long profile (make check runs the short one: 8000 packets, 8 life-cycle rounds, 2000
 # reg/dereg cycles and no object to its limit, 1 MiB over one lossy pairing). One round takes
 # 2-3 h under TCG, depending on the host.

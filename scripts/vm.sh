@@ -156,10 +156,11 @@ done
 cmd=$(printf '%q ' "$@")
 exec_cmd="export RXE_RS_ROOT=$RXE_RS_ROOT KDIR=$kdir; $cmd"
 # The kernel keeps 2048 bytes of its command line (x86's COMMAND_LINE_SIZE), and virtme-ng puts
-# the command there, base64-encoded, among its own 700 bytes (70 more per --rwdir, and its path)
+# the command there, base64-encoded, among its own 700 bytes (and the working directory; 70 more
+# per --rwdir, and its path)
 # and before our parameters: a longer line boots a guest without its init (a panic) or without
 # our watchdogs. Refuse it here; long lists go in a file (selftests/run.sh: suite_file).
-cmdline_bytes=$((700 + (${#exec_cmd} + 2) * 4 / 3 + ${#vng_base[-1]}))
+cmdline_bytes=$((700 + ${#PWD} + (${#exec_cmd} + 2) * 4 / 3 + ${#vng_base[-1]}))
 for ((i = 1; i < ${#rwdirs[@]}; i += 2)); do
 	cmdline_bytes=$((cmdline_bytes + 70 + ${#rwdirs[i]}))
 done

@@ -3,8 +3,8 @@
 # The Debian packages as a user installs them (make deb builds them on the host): on a machine
 # without rxe_rs, `dpkg -i` of rxe-rs-dkms (DKMS builds the module here, for the running
 # kernel) and librxe-rs (the provider); modprobe, rdma link add, ibv_devinfo and
-# ibv_rc_pingpong over what they installed; DKMS skips a kernel without Rust and says what is
-# missing; `dpkg --purge` leaves nothing behind.
+# ibv_rc_pingpong over what they installed; `dpkg --purge` leaves nothing behind. (Where DKMS
+# cannot build, it says so: selftests/host/dkms_refusals.sh, on the host.)
 # DKMS's compile of the module takes 25 minutes of a TCG guest, against 40 s on the host: unless
 # RXE_RS_PACKAGE_COMPILE=1 (make soak), the host compiles it first, with DKMS, against this
 # kernel (make check: scripts/package.sh dkms-binaries), and the package's postinst loads that
@@ -17,13 +17,16 @@ if [[ -z ${RXE_RS_PACKAGE_NS:-} ]]; then
 	RXE_RS_PACKAGE_NS=1 exec unshare --mount --propagation private bash "$0" "$@"
 fi
 source "$(dirname "$0")/guest/lib.sh"
+# The bindgen scripts/setup.sh installed, for a DKMS that compiles here (as package.sh does).
+BINDGEN=$(bash -c 'source "$1/scripts/lib/env.sh" && echo "$BINDGEN"' - "$RXE_RS_ROOT")
+export BINDGEN
 DEV=rxers0
 DEBS=$RXE_RS_ROOT/target/deb
 KVER=$(uname -r)
 MODULES=/lib/modules/$KVER
 
 ktap_print_header
-ktap_set_plan 15
+ktap_set_plan 13
 reset_or_bail
 
 # A tmpfs layer over each directory the packages write to; $LAYERS/NAME/upper records what
@@ -88,15 +91,15 @@ install_packages() {
 	((PIPESTATUS[0] == 0))
 }
 check "dpkg -i installs both packages (DKMS puts rxe_rs in place for $KVER)" install_packages
-status=$(dkms status -m rxe_rs)
-echo "# dkms status: $status"
-check "dkms status: rxe_rs installed for $KVER" grep -q "$KVER.*: installed" <<<"$status"
+# (What `dkms status` reads, without its 40 s of shell under TCG.)
+check "DKMS's tree has rxe_rs built for $KVER, installed in updates/dkms" \
+	test -f "/var/lib/dkms/rxe_rs/$version/$KVER/$(uname -m)/module/rxe_rs.ko" -a -f "$MODULES/updates/dkms/rxe_rs.ko"
 
 modprobe rxe_rs
 installed=$(modinfo -n rxe_rs 2>/dev/null)
 echo "# modprobe rxe_rs: $installed"
-check "modprobe loads the module DKMS built (updates/dkms)" \
-	test "$installed" = "$MODULES/updates/dkms/rxe_rs.ko" -a "$(cat /sys/module/rxe_rs/srcversion 2>/dev/null)" = "$(modinfo -F srcversion rxe_rs)"
+check "modprobe loads the module DKMS installed (updates/dkms)" \
+	test "$installed" = "$MODULES/updates/dkms/rxe_rs.ko" -a -d /sys/module/rxe_rs
 
 make_veth veth0 veth1 10.11.0.1/24
 check "rdma link add $DEV type rxe_rs netdev veth0" rdma link add "$DEV" type rxe_rs netdev veth0
@@ -109,34 +112,19 @@ check "ibv_devinfo opens $DEV through the packaged provider, port active" \
 pingpong() {
 	local gidx server
 	gidx=$(gid_index "$DEV" "0000:0000:0000:0000:0000:ffff:0a0b:0001") || return
-	ibv_rc_pingpong -d "$DEV" -g "$gidx" -c -s 4096 -n 20 -p 18598 >/tmp/rxe-rs-package.server 2>&1 &
+	ibv_rc_pingpong -d "$DEV" -g "$gidx" -c -s 4096 -n 20 -p 18598 >/dev/null 2>&1 &
 	server=$!
-	wait_for 30 tcp_listening 18598 || { kill -9 $server; return 1; }
+	wait_for 30 tcp_listening 18598 || { kill -9 $server; wait $server; return 1; }
 	timeout 120 ibv_rc_pingpong -d "$DEV" -g "$gidx" -c -s 4096 -n 20 -p 18598 10.11.0.1 | sed 's/^/# /'
-	((PIPESTATUS[0] == 0)) && reap $server 60
+	local rc=${PIPESTATUS[0]}
+	# (The server must be gone whatever happened: it holds the device, and its deletion waits.)
+	((rc == 0)) || kill -9 $server 2>/dev/null
+	reap $server 60 && ((rc == 0))
 }
-check "ibv_rc_pingpong -c over the packaged module and provider" wait_for 30 gid_present "$DEV" "0000:0000:0000:0000:0000:ffff:0a0b:0001"
-check "... exchanges 20 checked messages" pingpong
+check "$DEV has the RoCEv2 GID of 10.11.0.1" wait_for 30 gid_present "$DEV" "0000:0000:0000:0000:0000:ffff:0a0b:0001"
+check "ibv_rc_pingpong -c over the packaged module and provider: 20 checked messages" pingpong
 rdma link delete "$DEV"
 check "rmmod rxe_rs" wait_for 60 unload rxe_rs
-
-# Where DKMS cannot build, it says so: a kernel without Rust is skipped (exit 77, the code that
-# dkms's postinst takes as "skipped"), and a kernel whose rustc is missing is refused by name.
-fake=/tmp/rxe-rs-kernel-without-rust
-mkdir -p "$fake/rust"
-grep -v '^CONFIG_RUST=' "$KDIR/.config" >"$fake/.config"
-skipped() {
-	dkms build -m rxe_rs -v "$version" -k 0.0.0-norust --kernelsourcedir "$fake" >/tmp/rxe-rs-dkms.out 2>&1
-	local rc=$?
-	sed 's/^/# dkms: /' /tmp/rxe-rs-dkms.out | head -5
-	((rc == 77))
-}
-check "dkms skips a kernel without CONFIG_RUST (exit 77)" skipped
-sed 's/^CONFIG_RUSTC_VERSION_TEXT=.*/CONFIG_RUSTC_VERSION_TEXT="rustc 1.0.0"/' "$KDIR/.config" >"$fake/.config"
-touch "$fake/rust/libkernel.rmeta"
-refusal=$("/usr/src/rxe_rs-$version/scripts/dkms-build.sh" check 0.0.0-oldrust "$fake" 2>&1)
-echo "# $refusal"
-check "the build refuses a kernel built by another rustc, naming it" grep -q 'built with "rustc 1.0.0"; no rustc here is that one' <<<"$refusal"
 
 purge_packages() {
 	DEBIAN_FRONTEND=noninteractive dpkg --purge rxe-rs-dkms librxe-rs 2>&1 | sed 's/^/# dpkg: /'

@@ -4,8 +4,8 @@
 source "$KDIR/tools/testing/selftests/kselftest/ktap_helpers.sh"
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 # The CPU's CRC32 driver (the ICRC's), which udev's CPU modalias loads on a host booted with
-# udev; scripts/vm.sh's guests run none. (Not on the guest's command line: the kernel cuts it at
-# 2048 bytes, and virtme-ng's base64 of the single-VM guests' 14 script paths nearly fills it.)
+# udev; scripts/vm.sh's guests run none. (Not on the guest's command line, which the kernel
+# cuts at 2048 bytes: scripts/vm.sh counts what is left.)
 [[ -d /sys/module/crc32_pclmul ]] || ! grep -qw pclmulqdq /proc/cpuinfo || modprobe -q crc32_pclmul
 
 # Sleeps S seconds without starting a process: bash's loadable `sleep` (Debian's

@@ -80,8 +80,7 @@ show_splat() {
 }
 [[ -e $KMEMLEAK ]] || echo "# kmemleak is not available in this kernel: leak checks are skipped"
 for test in "$@"; do
-	# (A path relative to the tree: selftests/run.sh passes them so, to keep the guest's
-	# command line, which the kernel cuts at 2048 bytes, short.)
+	# (A path relative to the tree, as selftests/run.sh writes them.)
 	[[ $test == /* ]] || test=$RXE_RS_ROOT/$test
 	name=$(basename "$test" .sh)
 	if [[ -n ${RXE_RS_QUEUE:-} ]] && ! mkdir "$RXE_RS_QUEUE/$name" 2>/dev/null; then
