@@ -35,9 +35,11 @@ phase_done "lints"
 build_all debug
 phase_done "build (module, provider)"
 
-echo "== host unit tests (cargo test), DKMS's refusals"
+echo "== host tests: cargo test; make dkms, and DKMS's refusals (selftests/host/)"
 cargo test --locked --workspace --release
-"$RXE_RS_ROOT/selftests/host/dkms_refusals.sh" "$("$RXE_RS_ROOT/scripts/kernel.sh" path debug)"
+kdir=$("$RXE_RS_ROOT/scripts/kernel.sh" path debug)
+"$RXE_RS_ROOT/selftests/host/dkms_refusals.sh" "$kdir"
+[[ -n $quick ]] || "$RXE_RS_ROOT/selftests/host/make_dkms.sh" "$kdir"
 phase_done "host unit tests"
 
 echo "== VM selftests"
