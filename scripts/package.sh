@@ -5,6 +5,8 @@
 #   package.sh dkms [KVER]    this tree into /usr/src/rxe_rs-VERSION, then dkms add, build and
 #                             install for kernel KVER (default: the running one)
 #   package.sh dkms-remove    dkms remove --all, and the tree out of /usr/src
+#   package.sh dkms-source DEST
+#                             the module's source as DKMS builds it, into DEST
 #   package.sh dkms-binaries KVER KDIR
 #                             DKMS's build of the packaged source for kernel KVER (build tree
 #                             KDIR), in a private DKMS tree, as DKMS's binaries-only tarball
@@ -102,6 +104,9 @@ dkms-binaries)
 	cp "$work/tree/rxe_rs/$version/tarball/rxe_rs-$version.dkms.tar.gz" "$RXE_RS_ROOT/target/deb/"
 	ls "$RXE_RS_ROOT/target/deb/rxe_rs-$version.dkms.tar.gz"
 	;;
+dkms-source)
+	module_source "$2"
+	;;
 dkms-remove)
 	not_packaged
 	if dkms status -m rxe_rs -v "$version" | grep -q .; then
@@ -110,7 +115,7 @@ dkms-remove)
 	rm -rf "/usr/src/rxe_rs-$version"
 	;;
 *)
-	sed -n '2,13s/^# \{0,1\}//p' "$0" >&2
+	sed -n '2,15s/^# \{0,1\}//p' "$0" >&2
 	exit 2
 	;;
 esac

@@ -11,12 +11,7 @@ kdir=$1
 version=$(cd "$root" && dpkg-parsechangelog -S Version)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-failed=0 n=0
-
-result() {
-	n=$((n + 1))
-	if [[ $1 == 0 ]]; then echo "ok $n $2"; else echo "not ok $n $2"; failed=1; fi
-}
+source "$root/selftests/host/lib.sh"
 
 # A copy of the kernel's .config edited by SED, with or without rust/libkernel.rmeta.
 fake_kernel() {
@@ -39,14 +34,12 @@ check_refusal() {
 	result $? "$description"
 }
 
-echo "TAP version 13"
-echo "1..5"
+plan 5
 
 # dkms itself, on the source as the package installs it.
 trees=(--dkmstree "$work/tree" --sourcetree "$work/src" --installtree "$work/install")
-mkdir -p "$work/tree" "$work/src/rxe_rs-$version/scripts" "$work/install"
-(cd "$root" && git ls-files -z -- Kbuild dkms.conf rxe_rs uapi | xargs -0 cp --parents -t "$work/src/rxe_rs-$version")
-install -m 0755 "$root/scripts/dkms-build.sh" "$work/src/rxe_rs-$version/scripts/"
+mkdir -p "$work/tree" "$work/src" "$work/install"
+"$root/scripts/package.sh" dkms-source "$work/src/rxe_rs-$version" || exit 1
 dkms add "${trees[@]}" -m rxe_rs -v "$version" >/dev/null
 norust=$(fake_kernel norust '/^CONFIG_RUST=/d' with-rmeta)
 out=$(dkms build "${trees[@]}" -m rxe_rs -v "$version" -k 0.0.0-norust --kernelsourcedir "$norust" 2>&1)
@@ -63,5 +56,4 @@ check_refusal "a kernel built by another rustc is refused, naming it" 'built wit
 check_refusal "a kernel built by a clang that is not here is refused, naming it" "built with clang 99" \
 	"$(fake_kernel clang99 's/^CONFIG_CLANG_VERSION=.*/CONFIG_CLANG_VERSION=990100/' with-rmeta)"
 
-echo "# dkms refusals: $((n - failed)) of $n"
-exit $failed
+finish "dkms refusals"

@@ -26,14 +26,8 @@ for dir in /usr /var; do
 done
 mkdir -p "/lib/modules/$kver"
 ln -s "$kdir" "/lib/modules/$kver/build"
-failed=0 n=0
-result() {
-	n=$((n + 1))
-	if [[ $1 == 0 ]]; then echo "ok $n $2"; else echo "not ok $n $2"; failed=1; fi
-}
-
-echo "TAP version 13"
-echo "1..4"
+source "$root/selftests/host/lib.sh"
+plan 4
 out=$(make -s -C "$root" dkms KERNELVER="$kver" 2>&1)
 rc=$?
 grep -E 'rxe_rs:|Error|Installing to|Building module' <<<"$out" | sed 's/^/# /'
@@ -49,5 +43,4 @@ left=$(find "/lib/modules/$kver" /usr/src /var/lib/dkms -name '*rxe_rs*' 2>/dev/
 [[ -n $left ]] && sed 's/^/# left behind: /' <<<"$left"
 [[ -z $left ]]
 result $? "nothing of rxe_rs is left in /lib/modules, /usr/src or DKMS's tree"
-echo "# make dkms: $((n - failed)) of $n"
-exit $failed
+finish "make dkms"
