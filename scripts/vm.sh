@@ -93,6 +93,11 @@ if [[ $flavor == debug ]]; then
 	# on. Enabling the event at run time patches the kernel's text under every kworker, and
 	# under TCG a kworker on the other vCPU once hit the int3 of that patching as an oops.
 	watchdogs+=" trace_instance=lanes^traceoff,workqueue:workqueue_execute_start"
+	# 4-level paging. TCG's CPU has LA57, and while identify_cpu() refills the boot CPU's
+	# feature bits (all clear for a moment) KASAN takes an interrupt's access to the 5-level
+	# direct map for a wild one: a false report at boot, after which lockdep is off for the
+	# whole run (seen in make soak's 4 GiB guests).
+	watchdogs+=" no5lvl"
 fi
 vng_base+=(--append "$root_flags${console_level:+ $console_level} $watchdogs${RXE_RS_VM_APPEND:+ $RXE_RS_VM_APPEND}")
 
