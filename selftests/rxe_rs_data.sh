@@ -8,7 +8,8 @@
 # written to the mapped rings failing only its own QP or CQ (guest/ring_scribble.py); rnr_retry
 # and retry_cnt honoured against a responder without receives or in ERR (guest/rc_recovery.py);
 # UC: SENDs and WRITEs intact, and what cannot be received (no receive, a bad R_Key, a packet
-# lost, a message cut short) dropped and counted with the QPs running on (guest/uc.py); SRQs
+# lost, a message cut short) dropped and counted with the QPs running on, the SRQ WQE a lost
+# message took completed in error (guest/uc.py); SRQs
 # shared by QPs, their limit and last-WQE events, resizes, RNR and errnos (guest/srq.py);
 # those packets, between QPs of this host, go to the receive path without crossing lo, and are
 # received on every CPU (8 QP pairs of ib_write_bw), each QP's in order, also while a CPU goes
@@ -25,7 +26,8 @@ scribbles=(rq_indices_scribbled rq_wqe_scribbled sq_indices_scribbled sq_wqe_scr
 	cq_indices_scribbled)
 recoveries=(rnr_retry_exhausted rnr_waits_for_a_receive retry_cnt_exhausted)
 ucs=(uc_send_write_imm_intact uc_no_receive_drops_the_message uc_bad_rkey_drops_the_write
-	uc_lost_and_cut_short_messages uc_long_write_sqd_and_a_big_batch uc_refuses_what_it_cannot_carry)
+	uc_lost_and_cut_short_messages uc_lost_message_frees_its_srq_wqe uc_long_write_sqd_and_a_big_batch
+	uc_refuses_what_it_cannot_carry)
 srqs=(srq_shared_by_qps srq_limit_event srq_resize srq_rnr_waits_for_a_post srq_last_wqe_and_destroy
 	srq_ud_short_wqe_completes_in_error srq_indices_scribbled)
 ktap_print_header

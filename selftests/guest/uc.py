@@ -18,6 +18,7 @@ import time
 
 from pyverbs.pyverbs_error import PyverbsRDMAError
 from pyverbs.qp import QPAttr, QPCap, QPEx, QPInitAttrEx
+from pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
 from pyverbs.wr import RecvWR, SGE, SendWR
 import pyverbs.enums as e
 
@@ -229,6 +230,30 @@ def lost_and_cut_short_messages(ctx):
     del keep
 
 
+def lost_message_frees_its_srq_wqe(ctx):
+    """On a UC QP that receives from an SRQ, a SEND lost at a PSN gap completes the SRQ WQE it
+    took, in error (remote invalid request), rather than keep it inside this QP for a message
+    it may never get; the QP runs on, and the next message takes the SRQ's next WQE."""
+    a = Side(ctx, qp_type=UC)
+    srq = SRQ(a.pd, SrqInitAttr(SrqAttr(max_wr=4, max_sge=1)))
+    a, b = connected(ctx, a, Side(ctx, qp_type=UC, pd=a.pd, srq=srq))
+    rmr = b.mr(2 * SIZE)
+    for wr_id in (1, 2):
+        srq.post_recv(RecvWR(wr_id=wr_id, num_sge=1, sg=[SGE(rmr.buf + (wr_id - 1) * SIZE, SIZE, rmr.lkey)]))
+    before = dropped()
+    inject(ctx, b, (SEND_FIRST, 0x3000, b"C" * 1024), (SEND_LAST, 0x3002, b"D" * 12))
+    counter_moves_by(before, 1, "a LAST packet after a lost MIDDLE")
+    wc = b.completion("the SRQ WQE the lost SEND took")
+    expect(wc.wr_id == 1 and wc.status == e.IBV_WC_REM_INV_REQ_ERR,
+           f"the lost SEND's SRQ WQE: wr_id {wc.wr_id} status {wc.status}, want 1 and REM_INV_REQ_ERR")
+    expect_rts(b, "the receiver")
+    inject(ctx, b, (SEND_ONLY, 0x3003, b"E" * 20))
+    wc = b.completion("the next message")
+    expect(wc.wr_id == 2 and wc.status == e.IBV_WC_SUCCESS and wc.byte_len == 20,
+           f"the next message: wr_id {wc.wr_id} status {wc.status} byte_len {wc.byte_len}")
+    expect(rmr.read(20, SIZE) == b"E" * 20, "the next message's data differs")
+
+
 UC_OPS = e.IBV_QP_EX_WITH_RDMA_WRITE | e.IBV_QP_EX_WITH_SEND
 
 
@@ -298,6 +323,7 @@ CHECKS = {
     "uc_no_receive_drops_the_message": no_receive_drops_the_message,
     "uc_bad_rkey_drops_the_write": bad_rkey_drops_the_write,
     "uc_lost_and_cut_short_messages": lost_and_cut_short_messages,
+    "uc_lost_message_frees_its_srq_wqe": lost_message_frees_its_srq_wqe,
     "uc_long_write_sqd_and_a_big_batch": long_write_sqd_and_a_big_batch,
     "uc_refuses_what_it_cannot_carry": refuses_what_uc_cannot_carry,
 }
