@@ -505,7 +505,10 @@ pub(crate) fn run(qp: &QpInner, s: &mut QpLocked, producer: u32, budget: &mut u3
         if index == s.req.q.started_end && s.attrs.state == QpState::Sqd {
             break; // SQD: no new message starts
         }
-        if w.sent == 0 && s.req.wqe(index).flags & send_flags::FENCE != 0 && !s.req.reads.is_empty()
+        // A fence holds a WQE's first send only: sent again (after a rewind), a READ's own
+        // request is among those in flight, and it would wait for itself for ever.
+        let first_send = w.sent == 0 && w.first_psn.diff(s.req.q.sent_end) >= 0;
+        if first_send && s.req.wqe(index).flags & send_flags::FENCE != 0 && !s.req.reads.is_empty()
         {
             break;
         }
