@@ -71,8 +71,10 @@ impl<T: TimerOwner> Timer<T> {
         }
         // SAFETY: an initialised timer; plain function calls (a no-op once shut down).
         unsafe {
+            // One tick more than `ns` rounds down to: the timer fires at the next tick after
+            // `jiffies + n`, between n - 1 and n ticks from now, and never before `ns`.
             let expires = bindings::rxe_rs_helper_jiffies()
-                .wrapping_add(bindings::nsecs_to_jiffies(ns).max(1));
+                .wrapping_add(bindings::nsecs_to_jiffies(ns).saturating_add(1));
             bindings::mod_timer(timer.raw.get(), expires);
         }
     }
