@@ -36,6 +36,11 @@ pub(crate) enum Counter {
     RcvdRnrNak,
     /// Retransmissions started (timeout, sequence NAK, lost READ responses).
     Retransmits,
+    /// Retransmission timeouts: the wait for an ACK ran out (resends, or fails at `retry_cnt`).
+    AckTimeouts,
+    /// Tail-loss probes: the last packet sent again, asking for an ACK, after about two round
+    /// trips without one (a lost tail brings no NAK by itself).
+    TailProbes,
     /// WQEs failed after `retry_cnt` retransmissions.
     RetryExceededErr,
     /// WQEs failed after `rnr_retry` RNR NAKs.
@@ -100,6 +105,8 @@ pub(crate) static NAMES: [StatDesc; COUNT + ALIASES.len()] = [
     StatDesc::new(c_str!("send_err")),
     StatDesc::new(c_str!("rcvd_rnr_nak")),
     StatDesc::new(c_str!("retransmits")),
+    StatDesc::new(c_str!("ack_timeouts")),
+    StatDesc::new(c_str!("tail_probes")),
     StatDesc::new(c_str!("retry_exceeded_err")),
     StatDesc::new(c_str!("retry_rnr_exceeded_err")),
     StatDesc::new(c_str!("rcvd_stale_response")),

@@ -8,7 +8,7 @@ DEV=rxers0
 here=$(dirname "$0")
 
 ktap_print_header
-ktap_set_plan 36
+ktap_set_plan 39
 reset_or_bail
 ip netns del rxpeer 2>/dev/null
 ip netns add rxpeer
@@ -165,6 +165,32 @@ read -r -t 60 verdict <&"${ACKER[0]}"
 check "the ACK for the PSN sent completes the WRITE" test "$verdict" = completed
 echo quit >&"${ACKER[1]}"
 reap "$ACKER_PID"
+
+# A burst whose tail is lost: the peer namespace ACKs a 1 KiB WRITE (the requester's round-trip
+# sample), then takes PSNs 1-2 of a 4 KiB one and treats 3-4 as lost. Nothing follows the gap
+# to show it, and the packet that asked for an ACK is among the lost: the requester sends its
+# last packet again asking for one (a tail-loss probe), after two round trips rather than the
+# QP's 1.07 s timeout, and the NAK it draws brings back 3 and 4.
+coproc TAIL { /usr/bin/python3 -u "$here/guest/tail_target.py" "$DEV" "$gid" "$peer_gid"; }
+read -r -t 300 tail_qpn <&"${TAIL[0]}"
+probes=$(counter tail_probes) timeouts=$(counter ack_timeouts) seq_errs=$(counter rcvd_seq_err)
+tail_log=$(mktemp)
+ip netns exec rxpeer /usr/bin/python3 -S -u "$here/guest/tail_peer.py" 10.11.0.2 10.11.0.1 "$tail_qpn" >"$tail_log" 2>&1 &
+tail_peer=$!
+wait_for 120 grep -q '^ready' "$tail_log"
+echo go >&"${TAIL[1]}"
+wait "$tail_peer"
+read -r -t 60 verdict <&"${TAIL[0]}"
+sed 's/^/# tail peer: /' "$tail_log"
+check "a lost tail is probed: its last packet again, asking for an ACK, then what the NAK asks for" \
+	grep -q '^probe after' "$tail_log"
+check "... and the WRITE completes" test "$verdict" = completed
+# (A second probe may follow: the NAK is progress, and the peer's ACK for 3-4 may take longer
+# than two of the first round trip, the only one measured.)
+check "a tail probe (tail_probes), one NAK gone back for (rcvd_seq_err), no timeout (ack_timeouts)" \
+	test "$(($(counter tail_probes) - probes > 0)) $(($(counter rcvd_seq_err) - seq_errs)) $(($(counter ack_timeouts) - timeouts))" = "1 1 0"
+rm -f "$tail_log"
+reap "$TAIL_PID"
 
 # Atomics from the wire on one word, their answers caught in the peer namespace: FETCH ADD 5
 # and 7, COMPARE SWAP 12 -> 100, FETCH ADD 1 each return the value before them; then repeats

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 //! The completer: turns ACKs, NAKs and READ responses into completions of the send WQEs in
-//! flight, and decides on retransmission (sequence NAKs, lost READ responses, the timer, RNR
-//! NAKs) within `retry_cnt` and `rnr_retry`.
+//! flight, and decides on retransmission (sequence NAKs, lost READ responses, the timer and
+//! its tail-loss probe, RNR NAKs) within `retry_cnt` and `rnr_retry`.
 
 use crate::{
     counters::Counter,
@@ -17,6 +17,7 @@ use crate::{
         psn::Psn,
         send_queue::ReadResponse,
         timers::{rnr_delay_ns, RETRY_FOREVER},
+        window::AckWait,
     },
     qp::requester::{wc_opcode, Requester, PACKETS_PER_SOFTIRQ_RUN},
     qp::responder::check_admitted,
@@ -38,6 +39,8 @@ pub(crate) struct Completer {
     pub(crate) rnr_wait: bool,
     /// The retransmission (or RNR) timer is armed.
     pub(crate) timer_armed: bool,
+    /// It is armed for a tail-loss probe, not the retransmission timeout.
+    pub(crate) probe_due: bool,
 }
 
 impl Completer {
@@ -51,6 +54,7 @@ impl Completer {
     pub(crate) fn stop(&mut self) {
         self.rnr_wait = false;
         self.timer_armed = false;
+        self.probe_due = false;
     }
 }
 
@@ -109,14 +113,20 @@ pub(crate) fn retire_sent(qp: &QpInner, req: &mut Requester) {
     }
 }
 
-/// Arms the retransmission timer if packets are outstanding (and `timeout` is not infinite).
+/// Arms the retransmission timer if packets are outstanding (and `timeout` is not infinite):
+/// for a tail-loss probe first, where the window says so.
 pub(crate) fn arm_retransmit(qp: &Arc<QpInner>, s: &mut QpLocked) {
-    if s.req.outstanding() {
-        if let Some(ns) = s.req.window.ack_timeout_ns(s.attrs.timeout) {
-            s.comp.timer_armed = true;
-            qp.arm_timer(ns);
-        }
+    if !s.req.outstanding() {
+        return;
     }
+    let (ns, probe) = match s.req.window.ack_wait(s.attrs.timeout) {
+        Some(AckWait::Probe(ns)) => (ns, true),
+        Some(AckWait::Resend(ns)) => (ns, false),
+        None => return,
+    };
+    s.comp.timer_armed = true;
+    s.comp.probe_due = probe;
+    qp.arm_timer(ns);
 }
 
 /// Handles a response packet (ACK, NAK, READ response) for `qp`, in softirq.
@@ -241,6 +251,7 @@ fn ack(
             s.req.q.forget_asked_again();
             s.comp.rnr_wait = true;
             s.comp.timer_armed = true;
+            s.comp.probe_due = false;
             qp.arm_timer(rnr_delay_ns(timer));
         }
         AfterAck::Fail(e) => qp.fail(s, s.req.q.consumer, remote_status(e)),
@@ -395,7 +406,14 @@ fn timer_expired_locked(qp: &Arc<QpInner>, s: &mut QpLocked) {
     s.comp.timer_armed = false;
     if s.comp.rnr_wait {
         s.comp.rnr_wait = false;
+    } else if core::mem::take(&mut s.comp.probe_due) {
+        // No ACK for two round trips: send the last packet again, asking for one. Its NAK or
+        // ACK tells what arrived; the timeout follows if nothing does.
+        if s.req.probe() {
+            qp.count(Counter::TailProbes);
+        }
     } else if s.req.outstanding() {
+        qp.count(Counter::AckTimeouts);
         if s.comp.retries_left == 0 {
             qp.count(Counter::RetryExceededErr);
             let consumer = s.req.q.consumer;

@@ -103,6 +103,8 @@ pub(crate) struct Requester {
     pub(crate) reads: ReadRequests<KVec<ReadRequest>>,
     /// Packets sent since the last one asking for an ACK.
     noack_pkts: u32,
+    /// The next packet is a tail-loss probe ([`Requester::probe`]): it asks for an ACK.
+    probing: bool,
     /// How far past `acked_psn` it may send, and the retransmission backoff.
     pub(crate) window: SendWindow,
     /// The SQ's flags say `RING_FLAG_SQ_POLLED` (see `QpInner::update_sq_polled`).
@@ -134,6 +136,7 @@ impl Requester {
             max_sge: max_sge as usize,
             max_inline: max_inline as usize,
             noack_pkts: 0,
+            probing: false,
             window: SendWindow::default(),
             sq_polled: false,
             yielded: false,
@@ -161,6 +164,7 @@ impl Requester {
         self.q.reset();
         self.reads.clear();
         self.noack_pkts = 0;
+        self.probing = false;
         self.window = SendWindow::default();
         self.sq_polled = false;
         self.yielded = false;
@@ -170,6 +174,15 @@ impl Requester {
     pub(crate) fn start(&mut self, sq_psn: Psn, path_mtu: IbMtu) {
         self.q.start(sq_psn);
         self.window = SendWindow::for_path_mtu(path_mtu.bytes());
+    }
+
+    /// A tail-loss probe: the next run sends the last packet sent again, asking for an ACK
+    /// (`proto::window`). Returns whether anything unacknowledged was there to send.
+    pub(crate) fn probe(&mut self) -> bool {
+        self.window.on_probe();
+        let probing = self.q.probe();
+        self.probing |= probing;
+        probing
     }
 
     /// Every WQE that sent a packet is complete (SQD's "drained").
@@ -579,7 +592,7 @@ pub(crate) fn run(qp: &QpInner, s: &mut QpLocked, producer: u32, budget: &mut u3
         let tx = tx.get_or_insert_with(|| Transmitter::new(qp.res(), &av, qp.qpn));
         let place = Place {
             last_of_message: false, // send_packet knows
-            window_edge: s.req.window.is_edge(unacked),
+            window_edge: s.req.window.is_edge(unacked) || s.req.probing,
             unasked_before: s.req.noack_pkts,
             interval: ack_interval(limit),
             // Not past the run's budget: a message ending there asks for its ACK.
@@ -613,6 +626,7 @@ pub(crate) fn run(qp: &QpInner, s: &mut QpLocked, producer: u32, budget: &mut u3
             Err(TxError::Payload(status)) => return RunEnd::Failed(index, status),
         };
         let req = &mut s.req;
+        req.probing = false;
         req.noack_pkts = if ack_req {
             0
         } else {

@@ -38,7 +38,7 @@ port_counter() {
 recovery_counters() {
 	local names c
 	if [[ $DEV == rxers0 ]]; then
-		names="sent_pkts rcvd_pkts retransmits rcvd_seq_err out_of_seq_request rcvd_psn_gap duplicate_request rcvd_invalid_request rcvd_icrc_err rcvd_stale_response"
+		names="sent_pkts rcvd_pkts retransmits ack_timeouts tail_probes rcvd_seq_err out_of_seq_request rcvd_psn_gap duplicate_request rcvd_invalid_request rcvd_icrc_err rcvd_stale_response"
 	else
 		names="sent_pkts rcvd_pkts completer_retry_err rcvd_seq_err duplicate_request out_of_seq_request"
 	fi

@@ -45,6 +45,17 @@ impl RttEstimator {
         self.timing = None;
     }
 
+    /// The packets from `psn` on are sent again: the timing stops if the packet timed is
+    /// among them (its ACK could answer either copy). One before them was sent once, and the
+    /// first response that covers it comes no earlier than its own round trip. (Dropping the
+    /// timing at every resend would drop exactly the long samples when a tail-loss probe
+    /// fires after two round trips: the estimate could then never grow.)
+    pub fn on_resend_from(&mut self, psn: Psn) {
+        if self.timing.is_some_and(|(timed, _)| timed.diff(psn) >= 0) {
+            self.timing = None;
+        }
+    }
+
     /// Everything before `acked` is acknowledged, at `now_ns()`: a sample if that covers the
     /// packet being timed.
     pub fn on_acked(&mut self, acked: Psn, now_ns: impl FnOnce() -> u64) {
@@ -75,6 +86,11 @@ impl RttEstimator {
                 self.srtt_ns = Some(srtt.saturating_mul(7).saturating_add(sample) / 8);
             }
         }
+    }
+
+    /// The smoothed round trip (ns); `None` before the first sample.
+    pub fn srtt_ns(&self) -> Option<u64> {
+        self.srtt_ns
     }
 
     /// The shortest wait for an ACK the samples suggest (ns), at most [`MAX_ESTIMATE_NS`];
@@ -155,6 +171,20 @@ mod tests {
         e.on_resend();
         e.on_acked(Psn::new(1), || 900 * MS);
         assert_eq!(e.min_wait_ns(), 0, "Karn: that ACK may answer the copy");
+    }
+
+    #[test]
+    fn a_resend_after_the_packet_timed_keeps_its_timing() {
+        let mut e = RttEstimator::default();
+        e.on_first_send(Psn::new(5), || 0);
+        e.on_resend_from(Psn::new(9));
+        e.on_acked(Psn::new(6), || 100 * MS);
+        assert_eq!(e.min_wait_ns(), 300 * MS, "sampled");
+        let mut e = RttEstimator::default();
+        e.on_first_send(Psn::new(5), || 0);
+        e.on_resend_from(Psn::new(5));
+        e.on_acked(Psn::new(6), || 900 * MS);
+        assert_eq!(e.min_wait_ns(), 0, "the packet timed went again");
     }
 
     #[test]

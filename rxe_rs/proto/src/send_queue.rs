@@ -467,6 +467,38 @@ impl<S: DerefMut<Target = [Progress]>> SendQueue<S> {
         self.asked_again = None;
     }
 
+    /// The last packet sent before the requester's position, if it is unacknowledged and not
+    /// a READ or atomic request: what a tail-loss probe sends again. (Asking again for a READ's
+    /// responses asks for all it misses, a retransmission: that is the timeout's.)
+    fn last_sent(&self) -> Option<Psn> {
+        // The WQE at `cur` may be partly sent; everything before it was sent whole.
+        let mut index = if self.cur != self.fetched {
+            self.cur.wrapping_add(1)
+        } else {
+            self.cur
+        };
+        // Bounded: at most the WQEs held, each looked at once.
+        while index != self.consumer {
+            index = index.wrapping_sub(1);
+            let w = self.work(index);
+            if !w.local && w.sent > 0 {
+                let last = w.first_psn.add(w.sent.saturating_sub(1));
+                return (!w.is_read && last.diff(self.acked_psn) >= 0).then_some(last);
+            }
+        }
+        None
+    }
+
+    /// A tail-loss probe: the requester goes back one packet, to send its last one again.
+    /// Returns whether there was one to go back to.
+    pub fn probe(&mut self) -> bool {
+        let Some(last) = self.last_sent() else {
+            return false;
+        };
+        self.rewind(last);
+        true
+    }
+
     /// The retransmission timer expired with packets outstanding: resends from the oldest
     /// unacknowledged packet (for a READ, its first missing response), and a gap may be asked
     /// for again. Returns the PSN it resends from.
@@ -1089,6 +1121,54 @@ mod tests {
             "a READ resumes at its first missing response"
         );
         assert_eq!((q.cur, q.work(1).sent), (1, 1));
+    }
+
+    #[test]
+    fn a_probe_sends_the_last_packet_again() {
+        let mut q = queue(8);
+        q.start(Psn::new(0xff_fffe));
+        q.push(4 * K, false, MTU); // 0xfffffe..=0x1
+        q.push(2 * K, false, MTU); // 0x2..=0x3
+        q.record_sent(0, 4);
+        q.record_sent(1, 1); // the window shut after 0x2
+        assert!(q.probe());
+        assert_eq!((q.cur, q.work(1).sent), (1, 0), "0x2 goes again, then 0x3");
+        assert_eq!(q.sent_end, Psn::new(3), "a resend: the end stays");
+        q.record_sent(1, 2);
+        // Everything sent: the last WQE's last packet, across the PSN wrap.
+        assert!(q.probe());
+        assert_eq!((q.cur, q.work(1).sent), (1, 1));
+        q.record_sent(1, 1);
+        // A local operation after it is passed over.
+        q.push_local();
+        send_all(&mut q);
+        assert!(q.probe());
+        assert_eq!((q.cur, q.work(1).sent), (1, 1));
+        assert!(q.work(2).local_done(), "executed once, not again");
+        send_all(&mut q);
+        // Nothing unacknowledged: nothing to probe.
+        ack(&mut q, Psn::new(3));
+        assert!(!q.probe());
+        assert_eq!(q.cur, q.fetched);
+    }
+
+    #[test]
+    fn a_read_or_atomic_last_is_left_to_the_timeout() {
+        let mut q = queue(8);
+        q.push(K, false, MTU); // 0
+        q.push(4 * K, true, MTU); // 1..5
+        send_all(&mut q);
+        q.read_response_arrived(1, Psn::new(1));
+        assert!(
+            !q.probe(),
+            "asking again for a READ's responses is a retransmission"
+        );
+        assert_eq!((q.cur, q.work(1).sent), (2, 4), "nothing moved");
+        let mut q = queue(8);
+        q.push(K, false, MTU);
+        q.push_atomic(8);
+        send_all(&mut q);
+        assert!(!q.probe());
     }
 
     #[test]

@@ -20,6 +20,17 @@
 //! may bring further NAKs or ACKs for it, which are not new losses (the recovery point). A sender faster than its receiver otherwise overruns it a full window
 //! at a time, and go-back-N resends each whole window: between TCG VMs, where the receiver
 //! drops what it cannot take, that was four packets sent for every one delivered.
+//!
+//! A burst whose tail is lost brings no NAK: nothing after the gap reaches the responder to
+//! show it, and nothing asks for the ACK that the lost packets would have. Before the
+//! retransmission timeout, after about two round trips ([`SendWindow::ack_wait`]), the
+//! requester sends its last packet again, asking for an ACK (not a READ or atomic request:
+//! asking for their responses again is a retransmission): a tail loss is answered with a
+//! sequence NAK, and recovered as any loss, and a lost ACK is answered again (RFC 8985's
+//! tail-loss probe). A timeout, which shrinks the window to one packet and backs off, is left
+//! for a path that answers nothing. Between two TCG VMs streaming both ways, where the
+//! receivers' sockets overflowed at the end of each burst, every such loss otherwise waited
+//! out the timer, doubled, and some 3-second runs moved nothing.
 #![deny(clippy::arithmetic_side_effects)]
 
 use super::{psn::Psn, rtt::RttEstimator, timers::ack_timeout_ns};
@@ -35,6 +46,18 @@ pub const MIN_MAX_WINDOW: u32 = 128;
 pub const MIN_WINDOW_AFTER_LOSS: u32 = 8;
 /// Consecutive timeouts double the wait at most this many times.
 pub const MAX_BACKOFF: u8 = 6;
+/// A tail-loss probe waits at least this long (ns): a timer tick, and the peer's time to
+/// answer a packet that asks.
+pub const MIN_PROBE_NS: u64 = 1_000_000;
+
+/// What the requester's timer waits for next, and how long (ns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AckWait {
+    /// No ACK for about two round trips: send the last packet again, asking for one.
+    Probe(u64),
+    /// The retransmission timeout: resend from the oldest unacknowledged packet.
+    Resend(u64),
+}
 
 /// The requester's send window and retransmission backoff.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +71,8 @@ pub struct SendWindow {
     /// seen), further losses are echoes of that one.
     recovery_end: Option<Psn>,
     backoff: u8,
+    /// A tail-loss probe went since the last progress (one per stall).
+    probed: bool,
     /// The round trips measured, which the wait for an ACK is never shorter than.
     rtt: RttEstimator,
 }
@@ -72,6 +97,7 @@ impl SendWindow {
             threshold: ceiling,
             recovery_end: None,
             backoff: 0,
+            probed: false,
             rtt: RttEstimator::default(),
         }
     }
@@ -101,6 +127,7 @@ impl SendWindow {
         }
         .min(self.ceiling);
         self.backoff = 0;
+        self.probed = false;
     }
 
     /// A packet was lost (the responder asked for it again): halve the window, unless this
@@ -131,18 +158,40 @@ impl SendWindow {
 
     /// The packet at `psn` goes out, at `now_ns()` (a monotonic clock); `sent_end` is the PSN
     /// after the last one sent before it. Karn's rule: a packet sent for the first time (at or
-    /// past `sent_end`) may be timed, a resend (before it) drops the timing.
+    /// past `sent_end`) may be timed, a resend (before it) drops the timing of a packet at or
+    /// after it (a tail-loss probe, which resends the last, keeps an earlier one's).
     pub fn on_send(&mut self, psn: Psn, sent_end: Psn, now_ns: impl FnOnce() -> u64) {
         if psn.diff(sent_end) >= 0 {
             self.rtt.on_first_send(psn, now_ns);
         } else {
-            self.rtt.on_resend();
+            self.rtt.on_resend_from(psn);
         }
     }
 
     /// Everything before `acked` is acknowledged now (`now_ns()`).
     pub fn on_acked(&mut self, acked: Psn, now_ns: impl FnOnce() -> u64) {
         self.rtt.on_acked(acked, now_ns);
+    }
+
+    /// The tail-loss probe went (see [`SendWindow::ack_wait`]).
+    pub fn on_probe(&mut self) {
+        self.probed = true;
+    }
+
+    /// What to wait for with packets outstanding, for the QP attribute `timeout`: a tail-loss
+    /// probe after twice the smoothed round trip (at least [`MIN_PROBE_NS`]), once per stall,
+    /// when a round trip was measured and that comes before the retransmission timeout, and
+    /// not while timeouts back off (the path answers nothing); else the timeout. `None` for
+    /// `timeout` 0 (wait forever: nothing is resent by timer, nor probed).
+    pub fn ack_wait(&self, timeout: u8) -> Option<AckWait> {
+        let resend = self.ack_timeout_ns(timeout)?;
+        let probe = self
+            .rtt
+            .srtt_ns()
+            .filter(|_| !self.probed && self.backoff == 0)
+            .map(|srtt| srtt.saturating_mul(2).max(MIN_PROBE_NS))
+            .filter(|&probe| probe < resend);
+        Some(probe.map_or(AckWait::Resend(resend), AckWait::Probe))
     }
 
     fn recovering(&self, acked: Psn) -> bool {
@@ -326,6 +375,70 @@ mod tests {
         assert_eq!(w.ack_timeout_ns(12), Some(300_000_000));
     }
 
+    /// A window whose one round trip measured took `rtt` ns.
+    fn measured(rtt: u64) -> SendWindow {
+        let mut w = SendWindow::default();
+        w.on_send(Psn::new(0), Psn::new(0), || 1_000);
+        w.on_acked(Psn::new(1), || rtt.saturating_add(1_000));
+        w.on_progress();
+        w
+    }
+
+    #[test]
+    fn a_stall_is_probed_once_before_the_timeout() {
+        // 14: 67 ms. A 5 ms round trip: the probe after 10.
+        let mut w = measured(5_000_000);
+        assert_eq!(w.ack_wait(14), Some(AckWait::Probe(10_000_000)));
+        w.on_probe();
+        assert_eq!(
+            w.ack_wait(14),
+            Some(AckWait::Resend(67_108_864)),
+            "then the timeout"
+        );
+        // Progress allows the next stall its probe; the window is untouched by one.
+        let limit = w.limit();
+        w.on_progress();
+        assert_eq!(w.ack_wait(14), Some(AckWait::Probe(10_000_000)));
+        assert!(w.limit() >= limit);
+    }
+
+    #[test]
+    fn no_probe_without_a_round_trip_nor_after_a_timeout() {
+        let w = SendWindow::default();
+        assert_eq!(
+            w.ack_wait(14),
+            Some(AckWait::Resend(67_108_864)),
+            "nothing measured yet"
+        );
+        let mut w = measured(5_000_000);
+        w.on_timeout(Psn::new(1), Psn::new(2));
+        assert_eq!(
+            w.ack_wait(14),
+            Some(AckWait::Resend(2 * 67_108_864)),
+            "backing off: the path answers nothing"
+        );
+        w.on_progress();
+        assert_eq!(w.ack_wait(14), Some(AckWait::Probe(10_000_000)));
+        assert_eq!(w.ack_wait(0), None, "0 waits forever, unprobed");
+    }
+
+    #[test]
+    fn the_probe_waits_at_least_a_tick_and_never_past_the_timeout() {
+        let w = measured(1_000);
+        assert_eq!(w.ack_wait(14), Some(AckWait::Probe(MIN_PROBE_NS)));
+        // 12: 16.8 ms. After steady 10 ms round trips the timeout (the round trip and
+        // its small deviation) comes before two round trips: no probe.
+        let mut w = measured(10_000_000);
+        for psn in 1..40 {
+            w.on_send(Psn::new(psn), Psn::new(psn), || 0);
+            w.on_acked(Psn::new(psn + 1), || 10_000_000);
+        }
+        assert!(matches!(w.ack_wait(12), Some(AckWait::Resend(ns)) if ns < 20_000_000));
+        // 1: 8 us, below any probe.
+        let w = measured(1_000);
+        assert!(matches!(w.ack_wait(1), Some(AckWait::Resend(_))));
+    }
+
     #[test]
     fn only_packets_sent_for_the_first_time_are_timed() {
         let late = || 100_000_000;
@@ -348,5 +461,28 @@ mod tests {
             Some(300_000_000),
             "timed from 0xffffff's send"
         );
+    }
+
+    #[test]
+    fn a_probe_keeps_an_earlier_packets_timing() {
+        // 30..=37 sent, 30 timed; the probe resends 37: an ACK covering 30 still times it,
+        // however long it took (the long samples are the ones a probe comes before).
+        let mut w = SendWindow::default();
+        w.on_send(Psn::new(30), Psn::new(30), || 0);
+        w.on_send(Psn::new(37), Psn::new(38), || 0);
+        w.on_acked(Psn::new(38), || 100_000_000);
+        assert_eq!(w.ack_timeout_ns(12), Some(300_000_000), "sampled");
+        // The packet timed is the one probed: no sample.
+        let mut w = SendWindow::default();
+        w.on_send(Psn::new(37), Psn::new(37), || 0);
+        w.on_send(Psn::new(37), Psn::new(38), || 0);
+        w.on_acked(Psn::new(38), || 100_000_000);
+        assert_eq!(w.ack_timeout_ns(12), Some(16_777_216), "ambiguous");
+        // Go-back-N from before the packet timed: no sample, across the PSN wrap too.
+        let mut w = SendWindow::default();
+        w.on_send(Psn::new(2), Psn::new(2), || 0);
+        w.on_send(Psn::new(0xff_fffe), Psn::new(3), || 0);
+        w.on_acked(Psn::new(3), || 100_000_000);
+        assert_eq!(w.ack_timeout_ns(12), Some(16_777_216), "ambiguous");
     }
 }
