@@ -10,21 +10,16 @@ import sys
 import time
 
 from pyverbs.mr import MR
-from pyverbs.qp import QPAttr
 from pyverbs.wr import SGE, SendWR
 import pyverbs.enums as e
 
-from recv_target import rtr_qp
+from recv_target import rts_qp
 
 
 def main():
     dev, gid_index, dgid = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    ctx, pd, cq, qp = rtr_qp(dev, gid_index, dgid=dgid)
-    rts = QPAttr(qp_state=e.IBV_QPS_RTS)
     # timeout 0: no retransmission timer; retries go to the peer namespace, which drops them.
-    rts.timeout, rts.retry_cnt, rts.rnr_retry, rts.sq_psn, rts.max_rd_atomic = 0, 7, 7, 0, 1
-    qp.modify(rts, e.IBV_QP_STATE | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT | e.IBV_QP_RNR_RETRY
-              | e.IBV_QP_SQ_PSN | e.IBV_QP_MAX_QP_RD_ATOMIC)
+    ctx, pd, cq, qp = rts_qp(dev, gid_index, dgid, timeout=0, retry_cnt=7)
     src = MR(pd, 8, e.IBV_ACCESS_LOCAL_WRITE)
     wr = SendWR(wr_id=7, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[SGE(src.buf, 8, src.lkey)],
                 send_flags=e.IBV_SEND_SIGNALED)

@@ -43,6 +43,17 @@ def rtr_qp(dev, gid_index, post=lambda qp, pd: None, access=0, cap=None, dgid=No
     return ctx, pd, cq, qp
 
 
+def rts_qp(dev, gid_index, dgid, timeout, retry_cnt):
+    """rtr_qp's QP moved on to RTS (sq_psn 0, rnr_retry 7, one READ or atomic in flight), with
+    the retransmission `timeout` and `retry_cnt` given. Returns (ctx, pd, cq, qp)."""
+    ctx, pd, cq, qp = rtr_qp(dev, gid_index, dgid=dgid)
+    rts = QPAttr(qp_state=e.IBV_QPS_RTS)
+    rts.timeout, rts.retry_cnt, rts.rnr_retry, rts.sq_psn, rts.max_rd_atomic = timeout, retry_cnt, 7, 0, 1
+    qp.modify(rts, e.IBV_QP_STATE | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT | e.IBV_QP_RNR_RETRY
+              | e.IBV_QP_SQ_PSN | e.IBV_QP_MAX_QP_RD_ATOMIC)
+    return ctx, pd, cq, qp
+
+
 def main():
     dev, gid_index, dgid = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     small = big = None

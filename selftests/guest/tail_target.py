@@ -12,11 +12,10 @@ import sys
 import time
 
 from pyverbs.mr import MR
-from pyverbs.qp import QPAttr
 from pyverbs.wr import SGE, SendWR
 import pyverbs.enums as e
 
-from recv_target import rtr_qp
+from recv_target import rts_qp
 
 
 def write(qp, cq, src, wr_id, length):
@@ -37,11 +36,7 @@ def write(qp, cq, src, wr_id, length):
 
 def main():
     dev, gid_index, dgid = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    ctx, pd, cq, qp = rtr_qp(dev, gid_index, dgid=dgid)
-    rts = QPAttr(qp_state=e.IBV_QPS_RTS)
-    rts.timeout, rts.retry_cnt, rts.rnr_retry, rts.sq_psn, rts.max_rd_atomic = 18, 2, 7, 0, 1
-    qp.modify(rts, e.IBV_QP_STATE | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT | e.IBV_QP_RNR_RETRY
-              | e.IBV_QP_SQ_PSN | e.IBV_QP_MAX_QP_RD_ATOMIC)
+    ctx, pd, cq, qp = rts_qp(dev, gid_index, dgid, timeout=18, retry_cnt=2)
     src = MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)
     print(qp.qp_num, flush=True)
     sys.stdin.readline()
