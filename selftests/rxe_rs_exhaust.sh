@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
-# Exhaustion (guest/exhaust.py): reg/dereg churn with kernel memory that stays flat, QP memory
+# Exhaustion (guest/exhaust.py): reg/dereg churn with live slab objects and vmalloc that stay flat, QP memory
 # charged to the process's memory cgroup and given back, and one async event per CQ overflow
 # (no flood); with RXE_RS_EXHAUST_FULL=1 (make soak) also PDs, QPs and MRs up to the device's
 # limits (the next one ENOMEM, all of them freed: 65536 PDs took 305-378 s of a loaded TCG
